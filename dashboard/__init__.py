@@ -1,0 +1,1 @@
+"""kernelwatch.dashboard: the Streamlit dashboard (reads through kernelwatch.db only)."""

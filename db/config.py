@@ -1,0 +1,72 @@
+"""One settings object, read from ``KW_*`` environment variables and validated at start.
+
+A wrong value fails here, with the variable's name, not deep inside a worker.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kernelwatch"
+
+
+class Settings(BaseSettings):
+    """Service configuration (environment variables prefixed ``KW_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KW_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    database_url: str | None = None
+    broker_url: str | None = None
+    webhook_secret: str | None = None
+    github_token: str | None = None
+    github_api_url: str = "https://api.github.com"
+    dashboard_url: str = "http://127.0.0.1:8501"
+    # Per-run limits for the suite subprocess (seconds).
+    suite_timeout_s: float = 1800.0
+    case_timeout_s: float = 600.0
+    install_timeout_s: float = 1800.0
+    # Default regression threshold (relative slowdown) and confidence.
+    regression_threshold: float = 0.05
+    confidence: float = 0.99
+
+    @field_validator("database_url", "broker_url")
+    @classmethod
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split(":", 1)[0]
+        if not scheme or "://" not in value and not value.startswith("sqlite:"):
+            raise ValueError(f"not a URL: {value!r}")
+        return value
+
+    @field_validator("regression_threshold")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if not 0 < value < 10:
+            raise ValueError("must be a positive fraction, e.g. 0.05 for 5 %")
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'kernelwatch.db'}"
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.data_dir / "broker"
+
+    def ensure_dirs(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,293 @@
+"""The ``kernelwatch`` command line. Command names and exit codes are contracts (design.md).
+
+Heavy imports (torch, Celery, Streamlit) happen inside each command, so
+``kernelwatch --help`` and small commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from kernelwatch.db.config import Settings
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _settings() -> Settings:
+    from kernelwatch.db.config import get_settings
+
+    s = get_settings()
+    s.ensure_dirs()
+    return s
+
+
+def _factory() -> sessionmaker[Session]:
+    from kernelwatch.db.migrate import upgrade
+    from kernelwatch.db.session import session_factory
+
+    upgrade()
+    return session_factory()
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from kernelwatch.db.migrate import upgrade
+
+    upgrade(revision=args.revision)
+    print(f"database at {args.revision}: {_settings().resolved_database_url.split('@')[-1]}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kernelwatch.kernels.runner import main as bench_main
+
+    return bench_main(args.rest)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.celery_app import make_celery
+    from kernelwatch.jobs.demo import wait_for_runs
+    from kernelwatch.jobs.errors import KernelwatchError
+    from kernelwatch.jobs.gpuinfo import local_device_class
+    from kernelwatch.jobs.planning import RunRequest, plan
+
+    if not args.commit and not args.range:
+        print("kernelwatch run: give --commit REV (repeatable) or --range A..B", file=sys.stderr)
+        return 2
+    settings = _settings()
+    factory = _factory()
+    options: dict[str, object] = {}
+    if args.suite:
+        options["suites_explicit"] = True
+    req = RunRequest(
+        source=args.source,
+        commits=args.commit or [],
+        range=args.range,
+        baseline=args.baseline,
+        suites=args.suite or ["basic"],
+        device_class=args.device_class or local_device_class(),
+        trigger="manual",
+        measure_baseline=not args.no_baseline_run,
+        options=options,
+    )
+    try:
+        planned = plan(factory, settings, make_celery(settings), req)
+    except KernelwatchError as exc:
+        if args.json:
+            print(json.dumps({"runs": [], "error": str(exc)}))
+        else:
+            print(f"kernelwatch run: {exc}", file=sys.stderr)
+        return 2
+    ids = [p.id for p in planned]
+    done = wait_for_runs(factory, ids, args.timeout) if args.wait else True
+    from sqlalchemy import select
+
+    from kernelwatch.db.models import Run
+
+    with factory() as session:
+        runs = session.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)).all()
+        out = [
+            {
+                "id": r.id,
+                "commit": r.commit.sha if r.commit else None,
+                "status": r.status,
+                "verdict": r.verdict,
+            }
+            for r in runs
+        ]
+    if args.json:
+        print(json.dumps({"runs": out}))
+    else:
+        for r in out:
+            print(
+                f"run {r['id']:>5}  {str(r['commit'] or '')[:12]}  {r['status']:<10} "
+                f"{r['verdict'] or ''}"
+            )
+    if args.wait and not done:
+        return 2
+    if args.wait and any(r["verdict"] == "fail" for r in out):
+        return 1
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from kernelwatch.db.models import Run
+    from kernelwatch.jobs.report import format_run, run_summary
+
+    factory = _factory()
+    with factory() as session:
+        run = session.get(Run, args.run)
+        if run is None:
+            print(f"kernelwatch show: no run {args.run}", file=sys.stderr)
+            return 2
+        summary = run_summary(session, run)
+    print(json.dumps(summary, indent=2, default=str) if args.json else format_run(summary))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.demo import dumps, format_report, run_demo
+
+    settings = _settings()
+    factory = _factory()
+    workdir = Path(args.workdir) if args.workdir else None
+    report = run_demo(
+        factory,
+        settings,
+        workdir=workdir,
+        start_own_worker=not args.no_worker,
+        timeout_s=args.timeout,
+    )
+    print(dumps(report) if args.json else format_report(report))
+    return 0 if report["finished"] else 1
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.gpuinfo import local_device_class, queue_for
+
+    queues = args.queues or queue_for(local_device_class())
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "kernelwatch.worker.app",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(args.concurrency),
+        "--prefetch-multiplier",
+        "1",
+        "--loglevel",
+        args.loglevel,
+    ]
+    if args.name:
+        argv += ["-n", args.name]
+    os.execv(sys.executable, argv)
+    return 0  # pragma: no cover
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import kernelwatch.dashboard as dash
+
+    app = Path(dash.__file__).resolve().parent / "app.py"
+    argv = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(args.port),
+        "--server.address",
+        args.address,
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    os.execv(sys.executable, argv)  # the server becomes this process: signals reach it
+    return 0  # pragma: no cover
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.doctor import run_checks
+
+    return run_checks(json_out=args.json)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernelwatch", description="CI for GPU kernel libraries.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="full pipeline on a throwaway kernel library")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--workdir", help="where to create the demo repository")
+    d.add_argument("--no-worker", action="store_true", help="use already running workers")
+    d.add_argument("--timeout", type=float, default=900)
+    d.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("run", help="measure commits of a library")
+    r.add_argument("source", help="repository URL or local path")
+    r.add_argument("--commit", action="append", help="revision to measure (repeatable)")
+    r.add_argument("--range", help="A..B: every commit after A up to B (A measured as baseline)")
+    r.add_argument("--baseline", help="compare against this revision instead of first parents")
+    r.add_argument("--suite", action="append", help="suite (repeatable); default from the repo")
+    r.add_argument("--device-class", help="GPU class to run on (default: this machine's)")
+    r.add_argument(
+        "--no-baseline-run", action="store_true", help="do not add runs for unmeasured baselines"
+    )
+    r.add_argument("--wait", action="store_true", help="block until the runs are judged")
+    r.add_argument("--timeout", type=float, default=3600)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("show", help="one run with its per-case results")
+    s.add_argument("run", type=int)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_show)
+
+    b = sub.add_parser(
+        "bench", help="suite runner in this environment (no database)", add_help=False
+    )
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench)
+
+    w = sub.add_parser("worker", help="Celery worker(s)")
+    w.add_argument("--queues", help="comma-separated queues (default: this machine's class)")
+    w.add_argument("--concurrency", type=int, default=1)
+    w.add_argument("--name")
+    w.add_argument("--loglevel", default="INFO")
+    w.set_defaults(func=cmd_worker)
+
+    ds = sub.add_parser("dashboard", help="Streamlit dashboard")
+    ds.add_argument("--port", type=int, default=8501)
+    ds.add_argument("--address", default="127.0.0.1")
+    ds.set_defaults(func=cmd_dashboard)
+
+    db = sub.add_parser("db", help="database maintenance")
+    dbs = db.add_subparsers(dest="db_command", required=True)
+    up = dbs.add_parser("upgrade", help="Alembic migrations to head")
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(func=cmd_db)
+
+    doc = sub.add_parser("doctor", help="check database, broker, GPU, compiler, versions")
+    doc.add_argument("--json", action="store_true")
+    doc.set_defaults(func=cmd_doctor)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # pass everything through to the suite runner untouched
+        from kernelwatch.kernels.runner import main as bench_main
+
+        return bench_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.func
+    from kernelwatch.jobs.errors import KernelwatchError
+
+    try:
+        return handler(args)
+    except KernelwatchError as exc:
+        print(f"kernelwatch {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Templates of the throwaway kernel library ``kernelwatch demo`` creates."""

@@ -1,0 +1,216 @@
+"""Git access through a local mirror of each watched repository.
+
+Every git call is an argument list (never a shell string), so a repository URL
+or branch name cannot inject commands; sources that look like options, and
+git's ``ext::`` transport, are refused. Mirrors live in the data directory, one
+per source, guarded by a file lock so several worker processes can share them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kernelwatch.jobs.errors import CommitNotFound, InfrastructureError, SourceError
+
+GIT_TIMEOUT_S = 600
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_SAFE_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    parents: tuple[str, ...]
+    author: str
+    committed_at: datetime
+    message: str
+
+
+def git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> str:
+    """Run git with an argument list; raise with git's own message on failure."""
+    env = {**os.environ, **_SAFE_ENV}
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise InfrastructureError(f"git {args[0]} timed out after {timeout:.0f}s") from exc
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(
+            proc.returncode, ["git", *args], proc.stdout, proc.stderr
+        )
+    return proc.stdout
+
+
+def validate_source(source: str) -> str:
+    """A local path (made absolute) or a URL; refuse option-like and ext:: sources."""
+    if not source or source.startswith("-") or source.lower().startswith("ext::"):
+        raise SourceError(f"refusing repository source {source!r}")
+    if "://" in source or re.match(r"^[\w.-]+@[\w.-]+:", source):
+        return source
+    path = Path(source).expanduser().resolve()
+    if not path.exists():
+        raise SourceError(f"repository path does not exist: {path}")
+    try:
+        git("-C", str(path), "rev-parse", "--git-dir", timeout=30)
+    except subprocess.CalledProcessError as exc:
+        raise SourceError(f"not a git repository: {path}") from exc
+    return str(path)
+
+
+def repository_name(source: str) -> str:
+    """'owner/name' for URLs, the folder name for local paths."""
+    s = source.rstrip("/").removesuffix(".git")
+    if "://" in s or "@" in s:
+        parts = re.split(r"[/:]", s)
+        return "/".join(p for p in parts[-2:] if p)
+    return Path(s).name
+
+
+class Mirror:
+    """A bare mirror of one source under ``root``; fetched on demand."""
+
+    def __init__(self, root: Path, source: str) -> None:
+        self.source = validate_source(source)
+        digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        self.path = root / f"{digest}.git"
+        self._lock_path = root / f"{digest}.lock"
+        root.mkdir(parents=True, exist_ok=True)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        with open(self._lock_path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def sync(self) -> None:
+        """Clone the mirror if missing (or corrupt), else fetch everything."""
+        with self.locked():
+            if self.path.exists() and not self._healthy():
+                _rmtree(self.path)
+            try:
+                if not self.path.exists():
+                    git("clone", "--mirror", "--quiet", "--", self.source, str(self.path))
+                else:
+                    git("--git-dir", str(self.path), "fetch", "--prune", "--quiet", "origin")
+            except subprocess.CalledProcessError as exc:
+                raise SourceError(
+                    f"cannot fetch {self.source}: {exc.stderr.strip() or exc}"
+                ) from exc
+
+    def _healthy(self) -> bool:
+        try:
+            git("--git-dir", str(self.path), "rev-parse", "--git-dir", timeout=30)
+            return True
+        except subprocess.CalledProcessError:
+            return False
+
+    def _git(self, *args: str) -> str:
+        return git("--git-dir", str(self.path), *args)
+
+    def resolve(self, rev: str) -> str:
+        """Full sha of ``rev``; CommitNotFound if it does not name a commit here."""
+        if not rev or rev.startswith("-"):
+            raise CommitNotFound(f"invalid revision {rev!r}")
+        try:
+            return self._git(
+                "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"
+            ).strip()
+        except subprocess.CalledProcessError:
+            raise CommitNotFound(f"commit {rev!r} not found in {self.source}") from None
+
+    def has_commit(self, sha: str) -> bool:
+        try:
+            self.resolve(sha)
+            return True
+        except CommitNotFound:
+            return False
+
+    def range(self, spec: str) -> list[str]:
+        """Commits of ``A..B`` oldest first (first-parent line, as a branch's history)."""
+        if ".." not in spec:
+            raise CommitNotFound(f"not a range: {spec!r} (expected A..B)")
+        a, b = spec.split("..", 1)
+        a_sha, b_sha = self.resolve(a), self.resolve(b)
+        out = self._git("rev-list", "--reverse", "--first-parent", f"{a_sha}..{b_sha}")
+        return [line for line in out.split() if line]
+
+    def info(self, sha: str) -> CommitInfo:
+        fmt = "%H%x00%P%x00%an%x00%ct%x00%B"
+        out = self._git("show", "-s", f"--format={fmt}", "--end-of-options", sha)
+        full, parents, author, ts, message = out.split("\x00", 4)
+        return CommitInfo(
+            sha=full.strip(),
+            parents=tuple(parents.split()),
+            author=author,
+            committed_at=datetime.fromtimestamp(int(ts), UTC),
+            message=message.strip(),
+        )
+
+    def read_file(self, sha: str, path: str) -> str | None:
+        """A file's text at a commit, or None if it does not exist there."""
+        try:
+            return self._git("show", f"{sha}:{path}")
+        except subprocess.CalledProcessError:
+            return None
+
+    def worktree(self, sha: str, dest: Path) -> Path:
+        """A clean checkout of ``sha`` at ``dest`` (replaced if present)."""
+        if not _SHA_RE.match(sha):
+            raise CommitNotFound(f"not a full sha: {sha!r}")
+        if dest.exists():
+            _rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with self.locked():
+            git("--git-dir", str(self.path), "worktree", "prune")
+            git(
+                "--git-dir",
+                str(self.path),
+                "worktree",
+                "add",
+                "--detach",
+                "--force",
+                "--quiet",
+                str(dest),
+                sha,
+            )
+        return dest
+
+    def remove_worktree(self, dest: Path) -> None:
+        with self.locked():
+            try:
+                git("--git-dir", str(self.path), "worktree", "remove", "--force", str(dest))
+            except subprocess.CalledProcessError:
+                _rmtree(dest)
+
+
+def is_full_sha(value: str) -> bool:
+    return bool(_SHA_RE.match(value))
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,172 @@
+"""The suite runner behind ``kernelwatch bench``: cases in, result records (JSON lines) out.
+
+For each case: fresh random inputs, output poisoned, one checked call against a
+high-precision reference, then (only if correct) timing. Each record is written
+and flushed as soon as its case ends, so a crash or hang in a later case loses
+nothing before it. Before each case a marker line ``KW-CASE-START <id>`` goes to
+stderr: the worker reads it to name the case that crashed or hung.
+
+Without a GPU, Triton kernels run under ``TRITON_INTERPRET=1`` and timings use
+the host clock; they prove the plumbing, not performance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import torch
+
+from kernelwatch.kernels.correctness import check, poison_
+from kernelwatch.kernels.device import describe_device, describe_environment
+from kernelwatch.kernels.record import ResultRecord, Throughput, case_id
+from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names
+from kernelwatch.kernels.timing import TimerConfig, measure
+
+CASE_MARKER = "KW-CASE-START"
+BUILTIN_IMPL = "kernelwatch.kernels.triton_kernels"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="kernelwatch bench", description=__doc__.splitlines()[0])
+    p.add_argument("--suite", action="append", help="suite name (repeatable); default: basic")
+    p.add_argument("--out", required=True, help="JSON-lines file to write ('-' for stdout)")
+    p.add_argument("--impl", default=BUILTIN_IMPL, help="module providing the kernels under test")
+    p.add_argument("--backend", default=None, help="backend label (default: the impl module)")
+    p.add_argument(
+        "--size",
+        choices=["smoke", "full"],
+        default=None,
+        help="shape grid; default smoke on CPU, full on GPU",
+    )
+    p.add_argument("--device", default=None, help="cpu or cuda[:N]; default cuda if available")
+    p.add_argument("--kernel", action="append", default=None, help="only these kernels")
+    p.add_argument("--skip-case", action="append", default=[], help="case ids to skip")
+    p.add_argument("--budget", type=float, default=None, help="sampling seconds per case")
+    p.add_argument("--target", type=float, default=0.005, help="relative CI half-width target")
+    p.add_argument("--warm-l2", action="store_true", help="do not flush L2 between samples")
+    p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--library", default="{}", help="JSON: {name, version, commit} of the library")
+    p.add_argument("--list", action="store_true", help="list suites and exit")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        print("\n".join(suite_names()))
+        return 0
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu":
+        # Must be set before any @triton.jit decorator runs (i.e. before kernel imports).
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    size = args.size or ("smoke" if device.type == "cpu" else "full")
+    config = TimerConfig(
+        cold_l2=not args.warm_l2,
+        cuda_graph={"auto": None, "on": True, "off": False}[args.cuda_graph],
+        budget_s=args.budget
+        if args.budget is not None
+        else (2.0 if device.type == "cuda" else 0.5),
+        target_rel_ci=args.target,
+        min_samples=20 if device.type == "cuda" else 10,
+    )
+    library = json.loads(args.library)
+    backend = args.backend or args.impl
+    out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
+    try:
+        dev_info = describe_device(device)
+        env_info = describe_environment()
+        for suite in args.suite or ["basic"]:
+            for spec in load_suite(suite, size, device):
+                if args.kernel and spec.kernel not in args.kernel:
+                    continue
+                cid = case_id(spec.kernel, backend, spec.params)
+                if cid in args.skip_case:
+                    continue
+                marker = (
+                    f"{CASE_MARKER} {cid} {spec.kernel} {json.dumps(spec.params, sort_keys=True)}"
+                )
+                print(marker, file=sys.stderr, flush=True)
+                record = run_case(spec, suite, cid, backend, args.impl, device, config)
+                record.library = library
+                record.device = {**dev_info, **record.device}
+                record.environment = env_info if env_info else describe_environment()
+                out.write(record.to_json() + "\n")
+                out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def run_case(
+    spec: CaseSpec,
+    suite: str,
+    cid: str,
+    backend: str,
+    impl: str,
+    device: torch.device,
+    config: TimerConfig,
+) -> ResultRecord:
+    """Check one case, then time it if it is correct. Exceptions become ``error`` records."""
+    record = ResultRecord(
+        suite=suite,
+        case_id=cid,
+        kernel=spec.kernel,
+        backend=backend,
+        params=spec.params,
+        status="error",
+    )
+    try:
+        fn = load_impl(impl, spec.kernel)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+        inputs = spec.make_inputs(gen, device)
+        poison_(inputs["out"])
+        spec.invoke(fn, inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        hi = torch.float64 if device.type == "cpu" else torch.float32
+        ref = spec.reference(inputs, hi)
+        lowp = spec.reference(inputs, spec.dtype) if spec.dtype not in (hi,) else None
+        record.correctness = check(inputs["out"], ref, lowp, spec.dtype, spec.tolerance_kind)
+        if not record.correctness.passed:
+            record.status = "fail"
+            record.error = record.correctness.detail
+            return record
+        m = measure(lambda i: spec.invoke(fn, i), inputs, config)
+        record.timing = m.timing
+        record.device = dict(m.telemetry)
+        record.throughput = throughput(spec.flops, spec.bytes, m.timing.median)
+        record.status = "pass"
+    except Exception as exc:  # a kernel that raises is a recorded error, not a crash
+        record.status = "error"
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.log_tail = _tail(traceback.format_exc())
+    return record
+
+
+def throughput(flops: float, nbytes: float, seconds: float) -> Throughput:
+    return Throughput(
+        flops=flops, bytes=nbytes, tflops=flops / seconds / 1e12, gbps=nbytes / seconds / 1e9
+    )
+
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text[-limit:]
+
+
+def entry() -> None:
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    entry()
+
+
+__all__: list[Any] = ["main", "run_case", "CASE_MARKER"]

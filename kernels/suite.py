@@ -1,0 +1,73 @@
+"""What a suite is: a named list of cases, each a kernel call with its reference.
+
+A case knows how to make fresh random inputs, how to call the implementation
+under test (which must fill ``inputs["out"]``), how to compute a high-precision
+reference and PyTorch's own low-precision result (for the correctness rule), and
+how many FLOPs and bytes one call does (for the roofline).
+
+Implementations are looked up by kernel name on an *implementation module*:
+kernelwatch's own Triton kernels by default, or the library under test (e.g.
+``--impl tinykern``), which must expose the same functions.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Inputs = dict[str, Any]
+
+
+@dataclass
+class CaseSpec:
+    """One case of a suite. ``params`` identify it; the callables do the work."""
+
+    kernel: str
+    params: dict[str, Any]
+    make_inputs: Callable[[torch.Generator, torch.device], Inputs]
+    invoke: Callable[[Callable[..., Any], Inputs], Any]
+    reference: Callable[[Inputs, torch.dtype], torch.Tensor]
+    dtype: torch.dtype
+    flops: float
+    bytes: float
+    tolerance_kind: str = "default"
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+SuiteBuilder = Callable[[str, torch.device], list[CaseSpec]]
+
+_SUITES: dict[str, str] = {
+    "basic": "kernelwatch.kernels.suites.basic:build",
+}
+
+
+def register_suite(name: str, target: str) -> None:
+    """Register a suite builder by ``module:function`` (plugins use entry points later)."""
+    _SUITES[name] = target
+
+
+def suite_names() -> list[str]:
+    return sorted(_SUITES)
+
+
+def load_suite(name: str, size: str, device: torch.device) -> list[CaseSpec]:
+    try:
+        target = _SUITES[name]
+    except KeyError:
+        raise KeyError(f"unknown suite {name!r}; known: {', '.join(suite_names())}") from None
+    module_name, func = target.split(":")
+    builder: SuiteBuilder = getattr(importlib.import_module(module_name), func)
+    return builder(size, device)
+
+
+def load_impl(module_name: str, kernel: str) -> Callable[..., Any]:
+    """The implementation of ``kernel`` from ``module_name`` (AttributeError if missing)."""
+    module = importlib.import_module(module_name)
+    fn = getattr(module, kernel, None)
+    if fn is None:
+        raise AttributeError(f"implementation module {module_name!r} has no kernel {kernel!r}")
+    return fn  # type: ignore[no-any-return]

@@ -1,0 +1,103 @@
+"""GPU telemetry through NVML: clocks, temperature, power and throttle reasons.
+
+The timer reads these alongside its samples: a sample taken while the SM clock
+was below 75 % of its steady level is discarded (as nvbench does), and a case
+measured while the GPU reported hardware slowdown or thermal throttling is
+marked unreliable. Without NVML (no GPU, or nvidia-ml-py missing) every reading
+is ``None`` and nothing is discarded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+# NVML throttle-reason bits (nvml.h: nvmlClocksEventReasons).
+REASONS = {
+    0x1: "gpu_idle",
+    0x2: "app_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+# Reasons that mean the measurement is not of the kernel but of a sick or hot GPU.
+UNRELIABLE_REASONS = {"hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"}
+
+
+@dataclass(frozen=True)
+class Reading:
+    sm_mhz: int
+    mem_mhz: int
+    temp_c: int
+    power_w: float
+    reasons: tuple[str, ...]
+
+
+class Telemetry:
+    """NVML handle for one device, or a null reader when NVML is unavailable."""
+
+    def __init__(self, device_index: int = 0) -> None:
+        self._handle: Any = None
+        self._nvml: Any = None
+        try:
+            import pynvml  # nvidia-ml-py
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(device_index))
+        except Exception:  # no driver, no GPU, or no nvidia-ml-py: telemetry is optional
+            self._handle = None
+
+    @property
+    def available(self) -> bool:
+        return self._handle is not None
+
+    def read(self) -> Reading | None:
+        if self._handle is None:
+            return None
+        n, h = self._nvml, self._handle
+        try:
+            mask = int(n.nvmlDeviceGetCurrentClocksEventReasons(h))
+        except Exception:
+            mask = int(n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+        return Reading(
+            sm_mhz=int(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+            mem_mhz=int(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+            temp_c=int(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+            power_w=float(n.nvmlDeviceGetPowerUsage(h)) / 1000.0,
+            reasons=tuple(name for bit, name in REASONS.items() if mask & bit),
+        )
+
+    def static_info(self) -> dict[str, Any]:
+        """Identity of the device: name, UUID, driver, max clocks."""
+        if self._handle is None:
+            return {}
+        n, h = self._nvml, self._handle
+        info: dict[str, Any] = {}
+        for key, call in (
+            ("uuid", lambda: n.nvmlDeviceGetUUID(h)),
+            ("driver", lambda: n.nvmlSystemGetDriverVersion()),
+            ("max_sm_mhz", lambda: n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM)),
+            ("max_mem_mhz", lambda: n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_MEM)),
+            ("power_limit_w", lambda: n.nvmlDeviceGetPowerManagementLimit(h) / 1000.0),
+        ):
+            try:
+                value = call()
+                info[key] = value.decode() if isinstance(value, bytes) else value
+            except Exception:
+                continue
+        return info
+
+
+def _physical_index(logical: int) -> int:
+    """Map a CUDA device index to NVML's when CUDA_VISIBLE_DEVICES holds plain indices."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    parts = [p.strip() for p in visible.split(",") if p.strip()]
+    if parts and all(p.isdigit() for p in parts) and logical < len(parts):
+        return int(parts[logical])
+    return logical

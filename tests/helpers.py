@@ -1,0 +1,85 @@
+"""Builders for test repositories: real git repositories of small kernel libraries."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str], message: str = "initial") -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / ".git").exists():
+        git(path, "init", "-q", "-b", "main")
+    for name, content in files.items():
+        f = path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(content)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", message)
+    return git(path, "rev-parse", "HEAD")
+
+
+KERNELWATCH_TOML = """
+[library]
+name = "{name}"
+module = "{name}"
+[install]
+recipe = "{recipe}"
+[suites]
+names = ["basic"]
+[thresholds]
+# CPU timings on a shared 2-core machine swing by tens of percent: these tests
+# check the plumbing, so only a doubling counts.
+regression = 1.0
+"""
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "{name}"
+version = "0.1"
+[tool.setuptools]
+packages = ["{name}"]
+"""
+
+# A library whose kernels misbehave in every way the worker must survive.
+BAD_KERNELS = """
+import ctypes
+import os
+import time
+
+from kernelwatch.kernels.triton_kernels import attention  # noqa: F401  (the good one)
+
+
+def softmax(x, out):
+    raise RuntimeError("softmax kernel exploded on purpose")
+
+
+def rmsnorm(x, w, eps, out):
+    while True:  # a kernel that never returns
+        time.sleep(0.5)
+
+
+def matmul(a, b, out):
+    ctypes.string_at(0)  # segfault: the process dies mid-case
+"""
+
+
+def library_files(name: str, init: str, recipe: str = "pip") -> dict[str, str]:
+    return {
+        f"{name}/__init__.py": init,
+        ".kernelwatch.toml": KERNELWATCH_TOML.format(name=name, recipe=recipe),
+        "pyproject.toml": PYPROJECT.format(name=name),
+    }

@@ -1,0 +1,101 @@
+"""Models, migrations and idempotent writes on SQLite and on PostgreSQL."""
+
+from sqlalchemy import func, inspect, select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.models import Case, Commit, Regression, Result, Run
+from kernelwatch.db.session import engine_for
+from kernelwatch.db.store import (
+    get_or_create_repository,
+    latest_run_for,
+    store_record,
+    stored_case_ids,
+    upsert_commit,
+)
+
+
+def _record(case: str = "c1", status: str = "pass") -> dict:
+    return {
+        "schema": 1,
+        "suite": "basic",
+        "case_id": case,
+        "kernel": "softmax",
+        "backend": "triton",
+        "params": {"rows": 4, "dtype": "float16"},
+        "status": status,
+        "timing": {
+            "median": 2e-3,
+            "ci_low": 1.9e-3,
+            "ci_high": 2.1e-3,
+            "n": 3,
+            "samples": [1.9e-3, 2e-3, 2.1e-3],
+        },
+        "throughput": {"tflops": 1.5, "gbps": 300.0},
+        "device": {"name": "cpu", "reliable": True},
+        "error": "",
+    }
+
+
+def test_migrations_create_every_table(db_url: str) -> None:
+    tables = set(inspect(engine_for(db_url)).get_table_names())
+    assert {
+        "repositories",
+        "commits",
+        "commit_parents",
+        "runs",
+        "cases",
+        "results",
+        "regressions",
+        "alembic_version",
+    } <= tables
+
+
+def test_commits_keep_parents_in_order(session: Session) -> None:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    c = upsert_commit(session, repo, "b" * 40, ["a" * 40, "c" * 40], "merge")
+    session.commit()
+    again = session.scalars(select(Commit).where(Commit.sha == "b" * 40)).one()
+    assert again.first_parent == "a" * 40
+    assert [p.parent_sha for p in again.parents] == ["a" * 40, "c" * 40]
+    assert upsert_commit(session, repo, "b" * 40, []) is c  # idempotent
+
+
+def test_result_writes_are_idempotent(session: Session) -> None:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, "a" * 40, [])
+    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+    session.add(run)
+    session.flush()
+    assert store_record(session, run, _record()) is not None
+    assert store_record(session, run, _record()) is None  # a re-delivered record
+    session.commit()
+    assert session.scalar(select(func.count()).select_from(Result)) == 1
+    assert stored_case_ids(session, run.id) == {"c1"}
+    row = session.scalars(select(Result)).one()
+    assert row.samples == [1.9e-3, 2e-3, 2.1e-3]
+    assert row.record["params"]["rows"] == 4
+    assert session.get(Case, "c1").label == "dtype=float16, rows=4"
+
+
+def test_latest_run_for_matches_suites_and_device_class(session: Session) -> None:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, "a" * 40, [])
+    r1 = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"], device_class="h200")
+    r2 = Run(repository_id=repo.id, commit_id=commit.id, suites=["other"], device_class="h200")
+    session.add_all([r1, r2])
+    session.flush()
+    assert latest_run_for(session, repo.id, "a" * 40, "h200", ["basic"]) is r1
+    assert latest_run_for(session, repo.id, "a" * 40, "h100", ["basic"]) is None
+
+
+def test_regression_rows_reference_run_and_case(session: Session) -> None:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, "a" * 40, [])
+    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+    session.add(run)
+    session.flush()
+    store_record(session, run, _record())
+    session.add(Regression(run_id=run.id, case_id="c1", kind="broken", detail="wrong"))
+    session.commit()
+    reg = session.scalars(select(Regression)).one()
+    assert reg.case.kernel == "softmax" and reg.state == "open"

@@ -1,0 +1,178 @@
+"""The worker path end to end on embedded defaults (SQLite, filesystem broker):
+bad input of every kind ends as a recorded, readable failure and the worker keeps serving.
+
+One real Celery worker process serves the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from kernelwatch.db.config import Settings
+from kernelwatch.db.migrate import upgrade
+from kernelwatch.db.models import Commit, Result, Run
+from kernelwatch.db.session import make_engine
+from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.celery_app import enqueue_run, make_celery
+from kernelwatch.jobs.demo import start_worker, wait_for_runs
+from kernelwatch.jobs.errors import CommitNotFound, SourceError
+from kernelwatch.jobs.planning import RunRequest, plan
+from tests.conftest import run_cli
+from tests.helpers import BAD_KERNELS, library_files, make_repo
+
+GOOD_INIT = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
+
+pytestmark = pytest.mark.slow
+
+
+class Env:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.settings = Settings(data_dir=root / "data", suite_timeout_s=300)
+        self.settings.ensure_dirs()
+        upgrade(self.settings.resolved_database_url)
+        self.factory: sessionmaker[Session] = sessionmaker(
+            bind=make_engine(self.settings.resolved_database_url), expire_on_commit=False
+        )
+        self.app = make_celery(self.settings)
+
+    def plan(self, source: str, commits: list[str], **opts: object) -> list[int]:
+        req = RunRequest(source=source, commits=commits, measure_baseline=False, options=dict(opts))
+        return [p.id for p in plan(self.factory, self.settings, self.app, req)]
+
+    def wait(self, ids: list[int], timeout: float = 240) -> list[Run]:
+        assert wait_for_runs(self.factory, ids, timeout), "runs did not finish in time"
+        with self.factory() as s:
+            return list(s.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)))
+
+    def results(self, run_id: int) -> dict[str, Result]:
+        with self.factory() as s:
+            rows = s.scalars(select(Result).where(Result.run_id == run_id)).all()
+            return {r.record["kernel"]: r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    e = Env(tmp_path_factory.mktemp("pipeline"))
+    worker = start_worker(e.settings, name="pipeline")
+    yield e
+    worker.terminate()
+    worker.wait(timeout=30)
+
+
+def test_source_that_is_not_a_repository_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="not a git repository"):
+        env.plan(str(tmp_path), ["HEAD"])
+    with env.factory() as s:
+        run = s.scalars(select(Run).order_by(Run.id.desc())).first()
+        assert run is not None and run.status == "error"
+        assert "not a git repository" in run.error
+
+
+def test_commit_that_does_not_exist_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "lib"
+    make_repo(src, library_files("goodlib", GOOD_INIT))
+    with pytest.raises(CommitNotFound, match="not found"):
+        env.plan(str(src), ["f" * 40])
+    # and a queued run whose commit vanished (force-push) is failed by the worker itself
+    with env.factory() as s, s.begin():
+        repo = get_or_create_repository(s, "goodlib", str(src))
+        commit = upsert_commit(s, repo, "e" * 40, [])
+        run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    enqueue_run(env.app, run_id, "cpu")
+    (run,) = env.wait([run_id])
+    assert run.status == "error" and "not found" in run.error
+
+
+def test_library_whose_install_fails_is_failed_with_its_build_log(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "brokenlib"
+    files = library_files("brokenlib", GOOD_INIT)
+    files["pyproject.toml"] = "[build-system\nthis is not toml"
+    sha = make_repo(src, files)
+    (run,) = env.wait(env.plan(str(src), [sha]))
+    assert run.status == "failed"
+    assert "install failed" in run.error
+    assert "-m pip install" in run.build_log and "TOMLDecodeError" in run.build_log
+    assert run.verdict == "error"
+
+
+def test_raising_hanging_and_crashing_kernels_each_cost_one_case(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "badkern"
+    sha = make_repo(src, library_files("badkern", BAD_KERNELS))
+    t0 = time.monotonic()
+    (run,) = env.wait(env.plan(str(src), [sha], bench_args=["--budget", "0.1"], case_timeout_s=8))
+    assert run.status == "succeeded", run.error
+    res = env.results(run.id)
+    assert res["softmax"].status == "error"
+    assert "exploded on purpose" in res["softmax"].error
+    assert res["rmsnorm"].status == "error" and "timed out" in res["rmsnorm"].error
+    assert res["matmul"].status == "error" and "SIGSEGV" in res["matmul"].error
+    assert res["attention"].status == "pass"  # the good kernel still has its result
+    assert res["attention"].median_s and res["attention"].median_s > 0
+    assert time.monotonic() - t0 < 200
+    assert run.verdict == "error"
+
+
+def test_worker_still_serves_after_all_that(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "goodlib2"
+    sha = make_repo(src, library_files("goodlib2", GOOD_INIT))
+    (run,) = env.wait(env.plan(str(src), [sha], bench_args=["--kernel", "softmax"]))
+    assert run.status == "succeeded" and run.verdict == "pass"
+    assert env.results(run.id)["softmax"].status == "pass"
+
+
+def test_cli_run_wait_json_and_show(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "clilib"
+    first = make_repo(src, library_files("clilib", GOOD_INIT, recipe="pythonpath"))
+    second = make_repo(src, {"README.md": "docs"}, "docs only")
+    cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
+    proc = run_cli(
+        "run",
+        str(src),
+        "--commit",
+        second,
+        "--wait",
+        "--json",
+        "--timeout",
+        "300",
+        "--suite",
+        "basic",
+        env=cli_env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    commits = [r["commit"] for r in out["runs"]]
+    assert commits == [first, second]  # the unmeasured first parent is measured as baseline
+    for r in out["runs"]:
+        assert set(r) == {"id", "commit", "status", "verdict"}
+        assert r["status"] == "succeeded" and r["verdict"] == "pass"
+    show = run_cli("show", str(out["runs"][1]["id"]), "--json", env=cli_env)
+    summary = json.loads(show.stdout)
+    assert summary["baseline"] == first
+    assert {c["kernel"] for c in summary["cases"]} == {"softmax", "rmsnorm", "matmul", "attention"}
+    assert all(
+        c["verdict"] in ("unchanged", "inconclusive", "improvement", "regression")
+        for c in summary["cases"]
+    )
+    with env.factory() as s:
+        assert s.scalar(select(Commit.message).where(Commit.sha == second)) == "docs only"
+
+
+def test_bad_cli_input_exits_2_with_message(env: Env, tmp_path: Path) -> None:
+    proc = run_cli(
+        "run", str(tmp_path), "--commit", "HEAD", env={"KW_DATA_DIR": str(env.settings.data_dir)}
+    )
+    assert proc.returncode == 2
+    assert "not a git repository" in proc.stderr
+    assert os.environ.get("KW_DATABASE_URL") is None

@@ -1,0 +1,48 @@
+"""The CPU path of the timer: same API as on a GPU, host clock, same stopping rule."""
+
+import math
+
+import torch
+
+from kernelwatch.kernels import stats
+from kernelwatch.kernels.timing import TimerConfig, measure
+
+
+def test_host_timer_keeps_every_sample_and_reports_why_it_stopped() -> None:
+    x = torch.randn(256, 256)
+    m = measure(
+        lambda i: i["x"] @ i["x"],
+        {"x": x},
+        TimerConfig(budget_s=0.3, min_samples=10, target_rel_ci=1e-9),
+    )
+    t = m.timing
+    assert t.timer == "host_cpu"
+    assert t.stop_reason == "budget"  # an impossible target: the budget must stop it
+    assert t.n == len(t.samples) >= 10
+    assert t.ci_low <= t.median <= t.ci_high
+    assert t.median == stats.median(t.samples)
+
+
+def test_host_timer_converges_on_a_loose_target() -> None:
+    x = torch.randn(64, 64)
+    m = measure(
+        lambda i: i["x"].sum(),
+        {"x": x},
+        TimerConfig(budget_s=5.0, min_samples=20, target_rel_ci=0.5, min_time_s=0.0),
+    )
+    assert m.timing.stop_reason == "converged"
+    assert m.timing.n >= 20
+
+
+def test_median_interval_covers_the_median_and_narrows_with_n() -> None:
+    import random
+
+    rng = random.Random(0)
+    small = [rng.gauss(100, 5) for _ in range(20)]
+    large = [rng.gauss(100, 5) for _ in range(2000)]
+    lo_s, hi_s = stats.median_ci(small)
+    lo_l, hi_l = stats.median_ci(large)
+    assert lo_s <= stats.median(small) <= hi_s
+    assert (hi_l - lo_l) < (hi_s - lo_s) / 4
+    assert stats.rel_half_width(large) < 0.01
+    assert math.isclose(stats.median([3.0, 1.0, 2.0]), 2.0)

@@ -1,0 +1,176 @@
+"""Executing one run: the body of the Celery task, free of Celery.
+
+Steps, each recorded on the run: mirror → worktree → ``.kernelwatch.toml`` →
+environment → suite runner → results → analysis. Outcomes:
+
+- ``succeeded``: the suite ran (individual cases may be fail/error: those are results);
+- ``failed``: the library could not be installed or built (log in ``build_log``);
+- ``error``: the job could not be done (bad source, missing commit, bad config).
+
+Infrastructure trouble (database, broker) propagates as an exception so the task
+can retry; everything about the code under test ends as a recorded outcome.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from kernelwatch.db.config import Settings
+from kernelwatch.db.models import FINAL_STATES, Run
+from kernelwatch.db.store import store_record, stored_case_ids
+from kernelwatch.jobs import repoconfig
+from kernelwatch.jobs.analysis import analyze_ready
+from kernelwatch.jobs.errors import (
+    CommitNotFound,
+    ConfigError,
+    InstallError,
+    SourceError,
+)
+from kernelwatch.jobs.gitrepo import Mirror
+from kernelwatch.worker import environment
+from kernelwatch.worker.sandbox import clean_env
+from kernelwatch.worker.suite_process import SuiteRequest, run_suite
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}"
+
+
+def execute(
+    factory: sessionmaker[Session], settings: Settings, run_id: int, worker: str | None = None
+) -> str:
+    """Run ``run_id`` to a final state and return that state."""
+    with factory() as session, session.begin():
+        run = session.get(Run, run_id)
+        if run is None:
+            return "missing"
+        if run.status in FINAL_STATES:
+            return run.status  # a re-delivered message for a finished run
+        run.status = "running"
+        run.started = datetime.now(UTC)
+        run.worker = worker or worker_name()
+        run.attempts += 1
+        source = run.repository.source
+        sha = run.commit.sha if run.commit else None
+        suites = list(run.suites)
+        run_options = dict(run.options)
+    workdir = settings.data_dir / "work" / f"run-{run_id}"
+    mirror: Mirror | None = None
+    checkout = workdir / "src"
+    try:
+        if sha is None:
+            raise CommitNotFound("run has no commit to measure")
+        mirror = Mirror(settings.data_dir / "mirrors", source)
+        mirror.sync()
+        if not mirror.has_commit(sha):
+            raise CommitNotFound(f"commit {sha} not found in {source}")
+        config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
+        _note_config(factory, run_id, config)
+        mirror.worktree(sha, checkout)
+        env = environment.prepare(
+            config.install, checkout, settings.data_dir / "envs", sha, settings.install_timeout_s
+        )
+        _append_log(factory, run_id, env.log)
+        library = {
+            "name": config.library_name or mirror.source.rsplit("/", 1)[-1],
+            "commit": sha,
+            "source": source,
+        }
+        req = SuiteRequest(
+            python=env.python,
+            pythonpath=env.pythonpath,
+            env=clean_env(config.install.env),
+            workdir=workdir / "suite",
+            suites=suites if run_options.get("suites_explicit") else list(config.suites),
+            impl=config.module,
+            backend=config.library_name or config.module,
+            library=library,
+            case_timeout_s=float(run_options.get("case_timeout_s", settings.case_timeout_s)),
+            suite_timeout_s=settings.suite_timeout_s,
+            extra_args=[str(a) for a in run_options.get("bench_args", [])],
+        )
+        already = _stored(factory, run_id)
+        req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
+        outcome = run_suite(req, on_record=lambda rec: _store(factory, run_id, rec))
+        return _finish(
+            factory,
+            settings,
+            run_id,
+            "succeeded" if not outcome.aborted else "error",
+            outcome.aborted,
+            runner_log=outcome.log,
+        )
+    except InstallError as exc:
+        return _finish(factory, settings, run_id, "failed", str(exc), build_log=exc.log)
+    except (SourceError, CommitNotFound, ConfigError) as exc:
+        return _finish(factory, settings, run_id, "error", str(exc))
+    finally:
+        if mirror is not None and checkout.exists():
+            mirror.remove_worktree(checkout)
+
+
+def _stored(factory: sessionmaker[Session], run_id: int) -> set[str]:
+    with factory() as session:
+        return stored_case_ids(session, run_id)
+
+
+def _store(factory: sessionmaker[Session], run_id: int, record: dict[str, Any]) -> None:
+    with factory() as session, session.begin():
+        run = session.get(Run, run_id)
+        assert run is not None
+        store_record(session, run, record)
+
+
+def _note_config(
+    factory: sessionmaker[Session], run_id: int, config: repoconfig.RepoConfig
+) -> None:
+    with factory() as session, session.begin():
+        run = session.get(Run, run_id)
+        assert run is not None
+        opts = dict(run.options)
+        if config.regression_threshold is not None:
+            opts.setdefault("regression_threshold", config.regression_threshold)
+        if config.confidence is not None:
+            opts.setdefault("confidence", config.confidence)
+        opts["config"] = {
+            "module": config.module,
+            "suites": list(config.suites),
+            "recipe": config.install.recipe,
+        }
+        run.options = opts
+
+
+def _append_log(factory: sessionmaker[Session], run_id: int, text: str) -> None:
+    if not text:
+        return
+    with factory() as session, session.begin():
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.build_log = ((run.build_log or "") + text)[-200_000:]
+
+
+def _finish(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: int,
+    status: str,
+    error: str,
+    build_log: str = "",
+    runner_log: str = "",
+) -> str:
+    with factory() as session, session.begin():
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.status = status
+        run.error = error
+        run.finished = datetime.now(UTC)
+        if build_log:
+            run.build_log = ((run.build_log or "") + build_log)[-200_000:]
+        if runner_log:
+            run.options = {**run.options, "runner_log_tail": runner_log[-20_000:]}
+        analyze_ready(session, run, settings)
+    return status
