@@ -107,6 +107,9 @@ class Run(Base):
     __table_args__ = (
         Index("ix_runs_repo_commit", "repository_id", "commit_id"),
         Index("ix_runs_status_created", "status", "created"),
+        # dashboard access paths (migration 0002)
+        Index("ix_runs_repo_device_id", "repository_id", "device_class", "id"),
+        Index("ix_runs_worker_started", "worker", "started"),
     )
 
     id: Mapped[int_pk]

@@ -24,6 +24,7 @@ import torch
 
 from kernelwatch.kernels.correctness import check, poison_
 from kernelwatch.kernels.device import describe_device, describe_environment
+from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
 from kernelwatch.kernels.record import ResultRecord, Throughput, case_id
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names
 from kernelwatch.kernels.timing import TimerConfig, measure
@@ -53,6 +54,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto")
     p.add_argument("--library", default="{}", help="JSON: {name, version, commit} of the library")
     p.add_argument("--list", action="store_true", help="list suites and exit")
+    p.add_argument("--no-peaks", action="store_true", help="skip the roofline peak probe")
     return p.parse_args(argv)
 
 
@@ -81,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         dev_info = describe_device(device)
         env_info = describe_environment()
+        peaks = _peaks(device, dev_info, args.no_peaks)
         for suite in args.suite or ["basic"]:
             for spec in load_suite(suite, size, device):
                 if args.kernel and spec.kernel not in args.kernel:
@@ -93,6 +96,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(marker, file=sys.stderr, flush=True)
                 record = run_case(spec, suite, cid, backend, args.impl, device, config)
+                if record.throughput is not None and peaks:
+                    pct, bound = pct_of_peak(
+                        record.throughput.tflops,
+                        record.throughput.gbps,
+                        record.throughput.flops,
+                        record.throughput.bytes,
+                        peaks,
+                    )
+                    record.throughput.pct_of_peak, record.throughput.bound_by = pct, bound
                 record.library = library
                 record.device = {**dev_info, **record.device}
                 record.environment = env_info if env_info else describe_environment()
@@ -149,6 +161,15 @@ def run_case(
         record.error = f"{type(exc).__name__}: {exc}"
         record.log_tail = _tail(traceback.format_exc())
     return record
+
+
+def _peaks(device: torch.device, dev_info: dict[str, Any], skip: bool) -> dict[str, Any] | None:
+    """Measured ceilings of this GPU (probed once, cached by UUID); None on the CPU."""
+    if device.type != "cuda" or skip:
+        return None
+    peaks = device_peaks(device, str(dev_info.get("uuid") or dev_info.get("name")))
+    dev_info["peaks"] = {k: peaks[k] for k in ("copy_gbps", "bf16_tflops")}
+    return peaks
 
 
 def throughput(flops: float, nbytes: float, seconds: float) -> Throughput:

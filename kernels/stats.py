@@ -40,6 +40,33 @@ def rel_half_width(xs: Sequence[float], level: float = 0.95) -> float:
     return (hi - lo) / 2 / m if m else math.inf
 
 
+def batch_rel_half_width(xs: Sequence[float], level: float = 0.95, batches: int = 8) -> float:
+    """Relative half-width of a t-interval over the medians of time-ordered batches.
+
+    Robust to autocorrelated samples (slow clock drift), unlike the order-statistic
+    interval. Needs at least 3 samples per batch; otherwise infinite.
+    """
+    n = len(xs)
+    size = n // batches
+    if size < 3:
+        return math.inf
+    meds = [median(xs[i * size : (i + 1) * size]) for i in range(batches)]
+    mean = sum(meds) / batches
+    sd = math.sqrt(sum((m - mean) ** 2 for m in meds) / (batches - 1))
+    return t_quantile(level, batches - 1) * sd / math.sqrt(batches) / mean if mean else math.inf
+
+
+def t_quantile(level: float, dof: int) -> float:
+    """Two-sided Student-t quantile (Cornish-Fisher expansion around the normal)."""
+    if dof <= 0:
+        return math.inf
+    z = _z(level)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / dof + g2 / dof**2 + g3 / dof**3
+
+
 def cv(xs: Sequence[float]) -> float:
     """Coefficient of variation (sample SD over mean)."""
     n = len(xs)

@@ -56,7 +56,8 @@ class TimerConfig:
     budget_s: float = 2.0
     min_samples: int = 20
     max_samples: int = 20000
-    min_time_s: float = 0.05
+    # Long enough to span several power/clock oscillations of a power-capped GPU.
+    min_time_s: float = 0.25
     min_warmup_s: float = 0.05
     max_warmup_s: float = 1.0
     clock_floor: float = 0.75
@@ -100,28 +101,71 @@ def measure(call: Call, inputs: Inputs, config: TimerConfig | None = None) -> Me
     config = config or TimerConfig()
     device = _device_of(inputs)
     if device.type == "cuda":
-        return _CudaTimer(call, inputs, config, device).run()
+        start = time.perf_counter()
+        return _CudaSampler(call, inputs, config, device).measure(start)
     return _host_measure(call, inputs, config)
+
+
+class Sampler:
+    """Takes samples of one prepared case; ``measure`` and the paired mode both use it."""
+
+    calls_per_sample: int = 1
+    sample_s: float = 0.0
+
+    def block(self, n: int) -> list[float]:
+        """``n`` samples, each in seconds per call."""
+        raise NotImplementedError
+
+    def last_clock(self) -> int | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"sample_s": self.sample_s, "calls_per_sample": self.calls_per_sample}
+
+
+def make_sampler(call: Call, inputs: Inputs, config: TimerConfig | None = None) -> Sampler:
+    """Warm up and prepare sampling of ``call(inputs)`` on the inputs' device."""
+    config = config or TimerConfig()
+    device = _device_of(inputs)
+    if device.type == "cuda":
+        return _CudaSampler(call, inputs, config, device)
+    return _HostSampler(call, inputs, config)
 
 
 # --------------------------------------------------------------------------- host path
 
 
+class _HostSampler(Sampler):
+    def __init__(self, call: Call, inputs: Inputs, config: TimerConfig) -> None:
+        self.call, self.inputs = call, inputs
+        start = time.perf_counter()
+        call(inputs)  # first call: compilation, caches
+        n = 1
+        warm_end = start + config.min_warmup_s
+        while time.perf_counter() < warm_end:
+            call(inputs)
+            n += 1
+        self.warmup_s = time.perf_counter() - start
+        self.sample_s = self.warmup_s / n
+
+    def block(self, n: int) -> list[float]:
+        clock = time.process_time
+        out = []
+        for _ in range(n):
+            s = clock()
+            self.call(self.inputs)
+            out.append(clock() - s)
+        return out
+
+
 def _host_measure(call: Call, inputs: Inputs, config: TimerConfig) -> Measurement:
-    clock = time.process_time
     start = time.perf_counter()
-    call(inputs)  # first call: compilation, caches
-    warm_end = time.perf_counter() + config.min_warmup_s
-    while time.perf_counter() < warm_end:
-        call(inputs)
-    warmup_s = time.perf_counter() - start
+    sampler = _HostSampler(call, inputs, config)
     samples: list[float] = []
     t0 = time.perf_counter()
     stop = "max_samples"
     while len(samples) < config.max_samples:
-        s = clock()
-        call(inputs)
-        samples.append(clock() - s)
+        samples.extend(sampler.block(1))
         spent = time.perf_counter() - t0
         if _converged(samples, spent, config):
             stop = "converged"
@@ -130,14 +174,16 @@ def _host_measure(call: Call, inputs: Inputs, config: TimerConfig) -> Measuremen
             stop = "budget"
             break
     return Measurement(
-        timing=_timing(samples, config, "host_cpu", False, False, 1, stop, 0, warmup_s, start)
+        timing=_timing(
+            samples, config, "host_cpu", False, False, 1, stop, 0, sampler.warmup_s, start
+        )
     )
 
 
 # --------------------------------------------------------------------------- CUDA path
 
 
-class _CudaTimer:
+class _CudaSampler(Sampler):
     def __init__(self, call: Call, inputs: Inputs, config: TimerConfig, device: torch.device):
         self.call, self.inputs, self.config, self.device = call, inputs, config, device
         self.telemetry = Telemetry(device.index or 0)
@@ -145,33 +191,107 @@ class _CudaTimer:
         props = torch.cuda.get_device_properties(device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 50 * 2**20)) or 50 * 2**20
         self.flush_buf: torch.Tensor | None = None
-
-    def run(self) -> Measurement:
-        cfg = self.config
+        self.flush_sink: torch.Tensor | None = None
         start = time.perf_counter()
-        per_call, steady_mhz = self._warmup()
-        warmup_s = time.perf_counter() - start
-        use_graph = cfg.cuda_graph if cfg.cuda_graph is not None else per_call < cfg.graph_below_s
-        if use_graph:
-            sample_fn, calls = self._graph_sampler(per_call)
+        per_call, self.steady_mhz = self._warmup()
+        self.warmup_s = time.perf_counter() - start
+        cfg = config
+        self.use_graph = (
+            cfg.cuda_graph if cfg.cuda_graph is not None else (per_call < cfg.graph_below_s)
+        )
+        if self.use_graph:
+            self._sample, self.calls_per_sample = self._graph_sampler(per_call)
         else:
-            sample_fn, calls = self._launch_sampler(), 1
-        samples, discarded, stop = self._sample(sample_fn, calls, steady_mhz)
+            self._sample, self.calls_per_sample = self._launch_sampler(), 1
+        self.sample_s = per_call * self.calls_per_sample
+        self._last: Reading | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "cuda_graph": self.use_graph,
+            "steady_sm_mhz": self.steady_mhz,
+            "warmup_s": self.warmup_s,
+        }
+
+    def block(self, n: int) -> list[float]:
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(n)
+        ]
+        for begin, end in events:
+            self._sample(begin, end)
+        events[-1][1].synchronize()
+        self._last = self.telemetry.read()
+        if self._last is not None:
+            self.readings.append(self._last)
+        return [float(b.elapsed_time(e)) / 1e3 / self.calls_per_sample for b, e in events]
+
+    def last_clock(self) -> int | None:
+        return self._last.sm_mhz if self._last is not None else None
+
+    def below_floor(self, reference_mhz: float | None) -> bool:
+        """The last block ran under the clock floor (nvbench: 75 % of the reference)."""
+        r = self._last
+        return bool(
+            r is not None and reference_mhz and r.sm_mhz < self.config.clock_floor * reference_mhz
+        )
+
+    def measure(self, start: float) -> Measurement:
+        cfg = self.config
+        kept: list[float] = []
+        discarded = 0
+        t0 = time.perf_counter()
+        batch = 4
+        stop = "max_samples"
+        block_clocks: list[int] = []
+        held: list[float] = []  # discarded samples, kept aside in case all are "low"
+        while len(kept) + discarded < cfg.max_samples:
+            bs = time.perf_counter()
+            values = self.block(batch)
+            took = time.perf_counter() - bs
+            clock = self.last_clock()
+            if clock is not None:
+                block_clocks.append(clock)
+            # The reference is the sustained clock of *this* measurement, not the
+            # warm-up's: a power-capped GEMM runs well below its warm-up clock for
+            # its whole life (seen on the H200: every batch of an 8192^3 fp16 GEMM
+            # fell under 75 % of the warm-up level after a long benchmark).
+            reference = stats.median(block_clocks) if block_clocks else None
+            if self.below_floor(reference):
+                discarded += len(values)
+                held.extend(values)
+            else:
+                kept.extend(values)
+            if took < cfg.batch_s:
+                batch = min(batch * 2, 1024)
+            spent = time.perf_counter() - t0
+            if _converged(kept, spent, cfg):
+                stop = "converged"
+                break
+            if spent >= cfg.budget_s:
+                stop = "budget"
+                break
+        low_clock_only = not kept
+        if low_clock_only:  # never drop a whole measurement: keep it, mark it unreliable
+            kept, discarded = held, 0
         timing = _timing(
-            samples,
+            kept,
             cfg,
             "cuda_event",
             cfg.cold_l2,
-            use_graph,
-            calls,
+            self.use_graph,
+            self.calls_per_sample,
             stop,
             discarded,
-            warmup_s,
+            self.warmup_s,
             start,
         )
-        tele = self._summary(steady_mhz)
+        tele = self._summary()
+        if block_clocks:
+            tele["sustained_sm_mhz"] = int(stats.median(block_clocks))
         reliable = not (set(tele.get("throttle_reasons", [])) & UNRELIABLE_REASONS)
-        if samples and discarded > 0.2 * (len(samples) + discarded):
+        if low_clock_only or discarded > 0.2 * (len(kept) + discarded):
             reliable = False
         tele["reliable"] = reliable
         return Measurement(timing=timing, telemetry=tele, reliable=reliable)
@@ -223,10 +343,27 @@ class _CudaTimer:
     # -- samplers ----------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Evict the L2 by *reading* 2x its size.
+
+        A write flush (``zero_()``, as triton's do_bench does) leaves the L2 full of
+        dirty lines that the timed kernel then pays to write back: on the H200 an
+        8 MB streaming op took 22 us after a write flush and 7.1 us after a read
+        flush (benchmarks/l2_probe.py, 2026-11-29).
+        """
         if self.flush_buf is None:
             n = 2 * self.l2_bytes // 4
-            self.flush_buf = torch.empty(n, dtype=torch.int32, device=self.device)
-        self.flush_buf.zero_()
+            self.flush_buf = torch.ones(n, dtype=torch.int32, device=self.device)
+            self.flush_sink = torch.empty((), dtype=torch.int64, device=self.device)
+        torch.sum(self.flush_buf, dim=0, dtype=torch.int64, out=self.flush_sink)
+
+    def _keep_busy(self) -> None:
+        """Queue ~10 us of GPU work so the start event does not time the launch latency.
+
+        Without it, on an idle GPU the start event fires at once and the kernel
+        arrives ~10 us later (seen on the H200: an 8 MB op read 28 us warm and 7 us
+        after a flush kernel).
+        """
+        torch.cuda._sleep(20_000)
 
     def _launch_sampler(self) -> Callable[[torch.cuda.Event, torch.cuda.Event], None]:
         cold = self.config.cold_l2
@@ -234,6 +371,8 @@ class _CudaTimer:
         def sample(begin: torch.cuda.Event, end: torch.cuda.Event) -> None:
             if cold:
                 self._flush()
+            else:
+                self._keep_busy()
             begin.record()
             self.call(self.inputs)
             end.record()
@@ -265,63 +404,21 @@ class _CudaTimer:
         torch.cuda.synchronize(self.device)
 
         def sample(begin: torch.cuda.Event, end: torch.cuda.Event) -> None:
+            self._keep_busy()
             begin.record()
             graph.replay()
             end.record()
 
         return sample, calls
 
-    # -- sampling loop -----------------------------------------------------------------
-
-    def _sample(
-        self,
-        sample: Callable[[torch.cuda.Event, torch.cuda.Event], None],
-        calls: int,
-        steady_mhz: int | None,
-    ) -> tuple[list[float], int, str]:
-        cfg = self.config
-        kept: list[float] = []
-        discarded = 0
-        t0 = time.perf_counter()
-        batch = 4
-        stop = "max_samples"
-        while len(kept) + discarded < cfg.max_samples:
-            events = [
-                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                for _ in range(batch)
-            ]
-            bs = time.perf_counter()
-            for begin, end in events:
-                sample(begin, end)
-            events[-1][1].synchronize()
-            took = time.perf_counter() - bs
-            values = [b.elapsed_time(e) / 1e3 / calls for b, e in events]
-            reading = self.telemetry.read()
-            if reading is not None:
-                self.readings.append(reading)
-            if reading is not None and steady_mhz and reading.sm_mhz < cfg.clock_floor * steady_mhz:
-                discarded += len(values)
-            else:
-                kept.extend(values)
-            if took < cfg.batch_s:
-                batch = min(batch * 2, 1024)
-            spent = time.perf_counter() - t0
-            if _converged(kept, spent, cfg):
-                stop = "converged"
-                break
-            if spent >= cfg.budget_s:
-                stop = "budget"
-                break
-        return kept, discarded, stop
-
-    def _summary(self, steady_mhz: int | None) -> dict[str, Any]:
+    def _summary(self) -> dict[str, Any]:
         if not self.readings:
             return {"nvml": False}
         sm = [r.sm_mhz for r in self.readings]
         reasons = sorted({x for r in self.readings for x in r.reasons} - {"gpu_idle"})
         return {
             "nvml": True,
-            "steady_sm_mhz": steady_mhz,
+            "steady_sm_mhz": self.steady_mhz,
             "sm_mhz_min": min(sm),
             "sm_mhz_median": int(stats.median(sm)),
             "mem_mhz": int(stats.median([r.mem_mhz for r in self.readings])),
@@ -333,11 +430,18 @@ class _CudaTimer:
 
 
 def _converged(samples: list[float], spent: float, cfg: TimerConfig) -> bool:
-    """The stopping rule: enough samples and time, and the median's interval is tight."""
+    """The stopping rule: enough samples and time, and the median's interval is tight.
+
+    Two intervals must both be within the target: the order-statistic interval of
+    the median (assumes independent samples) and a batch-medians interval (time-
+    ordered batches, Student t), which widens when samples drift together with
+    the clock, as they do on a power-capped GPU.
+    """
     return (
         len(samples) >= cfg.min_samples
         and spent >= cfg.min_time_s
         and stats.rel_half_width(samples, cfg.ci_level) <= cfg.target_rel_ci
+        and stats.batch_rel_half_width(samples, cfg.ci_level) <= cfg.target_rel_ci
     )
 
 

@@ -46,3 +46,14 @@ def test_median_interval_covers_the_median_and_narrows_with_n() -> None:
     assert (hi_l - lo_l) < (hi_s - lo_s) / 4
     assert stats.rel_half_width(large) < 0.01
     assert math.isclose(stats.median([3.0, 1.0, 2.0]), 2.0)
+
+
+def test_batch_interval_widens_for_drifting_samples() -> None:
+    import random
+
+    rng = random.Random(1)
+    steady = [100 + rng.gauss(0, 1) for _ in range(800)]
+    drifting = [100 + 3 * (i // 100) + rng.gauss(0, 1) for i in range(800)]  # slow clock drift
+    assert stats.batch_rel_half_width(steady) < 0.005
+    assert stats.batch_rel_half_width(drifting) > 3 * stats.batch_rel_half_width(steady)
+    assert stats.batch_rel_half_width([1.0] * 10) == math.inf  # too few for 8 batches

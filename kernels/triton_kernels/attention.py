@@ -83,9 +83,9 @@ def attention(
     batch, heads, seq, head_dim = q.shape
     kv_heads = k.shape[1]
     if q.is_cuda:
-        block_m, block_n = 128, 64
+        block_m, block_n, warps = 128, 64, 8
     else:
-        block_m, block_n = 32, 32
+        block_m, block_n, warps = 32, 32, 4
     grid = (triton.cdiv(seq, block_m), batch * heads)
     _attn_fwd_kernel[grid](
         q,
@@ -100,5 +100,6 @@ def attention(
         CAUSAL=causal,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
+        num_warps=warps,
     )
     return out

@@ -52,9 +52,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     m, k = a.shape
     _, n = b.shape
     if a.is_cuda:
-        bm, bn, bk = 128, 128, 64
+        bm, bn, bk, warps, stages = 128, 256, 64, 8, 3
     else:
-        bm, bn, bk = 32, 32, 32
+        bm, bn, bk, warps, stages = 32, 32, 32, 4, 1
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _matmul_kernel[grid](
         a,
@@ -72,5 +72,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         BLOCK_M=bm,
         BLOCK_N=bn,
         BLOCK_K=bk,
+        num_warps=warps,
+        num_stages=stages,
     )
     return out

@@ -1,0 +1,45 @@
+"""Does our L2 flush evict? Time a streaming op warm, after a write-flush and a read-flush."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import torch
+
+L2 = torch.cuda.get_device_properties(0).L2_cache_size
+buf = torch.empty(2 * L2 // 4, dtype=torch.int32, device="cuda")
+
+
+def timed(fn, flush, n: int = 200) -> float:  # type: ignore[no-untyped-def]
+    ts = []
+    for _ in range(n):
+        if flush:
+            flush()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(ts)
+
+
+rows = []
+for mb in (2, 8, 24, 64):
+    x = torch.randn(mb * 2**20 // 4, device="cuda")
+    y = torch.empty_like(x)
+    fn = lambda x=x, y=y: torch.mul(x, 2, out=y)  # noqa: E731
+    for _ in range(50):
+        fn()
+    row = {
+        "mb": mb,
+        "warm_us": timed(fn, None),
+        "zero_flush_us": timed(fn, buf.zero_),
+        "read_flush_us": timed(fn, lambda: buf.sum()),
+        "write_read_flush_us": timed(fn, lambda: (buf.zero_(), buf.sum())),
+    }
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+json.dump({"l2_bytes": L2, "rows": rows}, open(sys.argv[1], "w"), indent=1)

@@ -1,0 +1,268 @@
+"""How trustworthy is the timer? Run on a GPU; writes JSON and prints tables.
+
+Part 1 (``--part cv``): run-to-run CV of the median over 10 independent
+measurements, kernelwatch's timer against ``triton.testing.do_bench`` in the
+same run (methods and kernels interleaved), and the GPU time each spent.
+
+Part 2 (``--part paired``): the gate's paired mode across two processes with
+cold L2: A/A false alarms and detection of injected +0.5/+1/+2 % slowdowns
+(extra work of known size: a spin of calibrated SM cycles after the kernel, or
+extra dependent FMAs inside a launch-bound kernel), 20+ trials each.
+
+    python benchmarks/measurement.py --part all --out measurement.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import measurement_cases
+from kernelwatch.kernels import benchcases
+from kernelwatch.kernels.paired import PairedConfig, Side, compare
+from kernelwatch.kernels.timing import TimerConfig, measure
+
+CV_KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "bf16 GEMM 8192^3": (benchcases.gemm, {"m": 8192, "n": 8192, "k": 8192}),
+    "bf16 GEMM 2048^3": (benchcases.gemm, {"m": 2048, "n": 2048, "k": 2048}),
+    "fp32 add 64M": (benchcases.add, {"numel": 64 * 2**20}),
+    "fp32 add 64K (launch-bound)": (benchcases.add, {"numel": 64 * 2**10}),
+    "FlashInfer decode 8K tokens": (measurement_cases.flashinfer_decode, {}),
+    "SDPA prefill 4x32x4096 causal": (measurement_cases.sdpa_prefill, {}),
+}
+
+PAIRED_KERNELS: dict[str, dict[str, Any]] = {
+    "bf16 GEMM 4096^3": {
+        "factory": "kernelwatch.kernels.benchcases:gemm",
+        "params": {"m": 4096, "n": 4096, "k": 4096},
+        "inject": "cycles",
+        "min_effect": 0.005,
+    },
+    "fp32 add 64M": {
+        "factory": "kernelwatch.kernels.benchcases:add",
+        "params": {"numel": 64 * 2**20},
+        "inject": "cycles",
+        "min_effect": 0.0025,
+    },
+    "add 64K launch-bound": {
+        "factory": "kernelwatch.kernels.benchcases:add_launch",
+        "params": {"numel": 65536},
+        "inject": "fma",
+        "min_effect": 0.005,
+    },
+}
+
+
+def cv(xs: list[float]) -> float:
+    return statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else math.nan
+
+
+def part_cv(repeats: int, budget: float, only: list[str] | None) -> list[dict[str, Any]]:
+    import triton.testing
+
+    cases = {}
+    for name, (factory, params) in CV_KERNELS.items():
+        if only and not any(o in name for o in only):
+            continue
+        try:
+            cases[name] = factory(**params)
+        except Exception as exc:  # e.g. FlashInfer missing: reported, not fatal
+            print(f"skip {name}: {type(exc).__name__}: {exc}", flush=True)
+    res: dict[str, dict[str, list[float]]] = {
+        n: {
+            "kw": [],
+            "kw_s": [],
+            "db": [],
+            "db_s": [],
+            "kw_graph": [],
+            "kw_n": [],
+            "ng": [],
+            "ng_s": [],
+        }
+        for n in cases
+    }
+    for rep in range(repeats):
+        for name, (call, inputs) in cases.items():
+            t = time.perf_counter()
+            m = measure(call, inputs, TimerConfig(budget_s=budget))
+            res[name]["kw_s"].append(time.perf_counter() - t)
+            res[name]["kw"].append(m.timing.median)
+            res[name]["kw_graph"].append(float(m.timing.cuda_graph))
+            res[name]["kw_n"].append(m.timing.n)
+            if m.timing.cuda_graph:  # the same kernel without a graph, for the record
+                t = time.perf_counter()
+                m = measure(call, inputs, TimerConfig(budget_s=budget, cuda_graph=False))
+                res[name]["ng_s"].append(time.perf_counter() - t)
+                res[name]["ng"].append(m.timing.median)
+            t = time.perf_counter()
+            ms = triton.testing.do_bench(lambda c=call, i=inputs: c(i), return_mode="median")
+            res[name]["db_s"].append(time.perf_counter() - t)
+            res[name]["db"].append(ms / 1e3)
+        print(f"cv repeat {rep + 1}/{repeats} done", flush=True)
+    rows = []
+    for name, r in res.items():
+        rows.append(
+            {
+                "kernel": name,
+                "kw_median_us": statistics.median(r["kw"]) * 1e6,
+                "kw_cv": cv(r["kw"]),
+                "kw_gpu_s": statistics.mean(r["kw_s"]),
+                "kw_graph": bool(r["kw_graph"][0]),
+                "kw_samples": statistics.median(r["kw_n"]),
+                "db_median_us": statistics.median(r["db"]) * 1e6,
+                "db_cv": cv(r["db"]),
+                "db_gpu_s": statistics.mean(r["db_s"]),
+                "kw_all": r["kw"],
+                "db_all": r["db"],
+            }
+        )
+    return rows
+
+
+def _calibrate(name: str, spec: dict[str, Any], a: Side, b: Side) -> dict[str, Any]:
+    """Per-call time of A (cold) and the extra work that adds 0.5/1/2 % of it."""
+    d = a.ask({"cmd": "setup", "factory": spec["factory"], "params": spec["params"]})
+    vals = a.ask({"cmd": "block", "samples": max(20, int(0.2 / max(d["sample_s"], 1e-6)))})
+    t_call = statistics.median(vals["values"])
+    out: dict[str, Any] = {"t_call_s": t_call}
+    if spec["inject"] == "cycles":
+        cps = benchcases.cycles_per_second()
+        out["cycles_per_s"] = cps
+        out["extra"] = {p: {"extra_cycles": int(p / 100 * t_call * cps)} for p in (0.5, 1, 2)}
+    else:
+        # slope of time per extra FMA, from a long paired comparison of EXTRA=256 vs 0
+        probe = compare(
+            a,
+            b,
+            spec["factory"],
+            spec["params"],
+            {**spec["params"], "extra_fma": 64},
+            PairedConfig(budget_s=3, groups_min=20, min_effect=0.0),
+        )
+        per_fma = (probe.ratio - 1) / 64
+        out["per_fma"] = per_fma
+        # not linear at this granularity: fixed counts, the measured ratio is the size
+        out["extra"] = {0.5: {"extra_fma": 1}, 1: {"extra_fma": 3}, 2: {"extra_fma": 8}}
+    return out
+
+
+def part_paired(
+    trials: int, budget: float, only: list[str] | None, save: Any = None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name, spec in PAIRED_KERNELS.items():
+        if only and not any(o in name for o in only):
+            continue
+        a, b = Side("A"), Side("B")
+        try:
+            cal = _calibrate(name, spec, a, b)
+            print(f"{name}: calibration {json.dumps(cal)}", flush=True)
+            cfg = PairedConfig(min_effect=spec["min_effect"], budget_s=budget)
+            conds: dict[str, dict[str, Any]] = {"A/A": {}}
+            conds.update({f"+{p}%": cal["extra"][p] for p in (0.5, 1, 2)})
+            trial_log: dict[str, list[dict[str, Any]]] = {c: [] for c in conds}
+            for t in range(trials):
+                for cond, extra in conds.items():
+                    s = time.perf_counter()
+                    r = compare(
+                        a, b, spec["factory"], spec["params"], {**spec["params"], **extra}, cfg
+                    )
+                    trial_log[cond].append({**r.to_dict(), "wall_s": time.perf_counter() - s})
+                print(f"{name}: trial {t + 1}/{trials}", flush=True)
+            for cond, log in trial_log.items():
+                flagged = sum(r["verdict"] == "regression" for r in log)
+                any_alarm = sum(r["verdict"] in ("regression", "improvement") for r in log)
+                rows.append(
+                    {
+                        "kernel": name,
+                        "condition": cond,
+                        "trials": len(log),
+                        "flagged": flagged,
+                        "alarms": any_alarm,
+                        "ci_excludes_1": sum(r["ci_low"] > 1 or r["ci_high"] < 1 for r in log),
+                        "mean_ratio": statistics.mean(r["ratio"] for r in log),
+                        "sd_ratio": statistics.stdev(r["ratio"] for r in log),
+                        "mean_blocks_s": statistics.mean(r["seconds"] for r in log),
+                        "max_blocks_s": max(r["seconds"] for r in log),
+                        "mean_wall_s": statistics.mean(r["wall_s"] for r in log),
+                        "mean_groups": statistics.mean(r["groups"] for r in log),
+                        "verdicts": {
+                            v: sum(r["verdict"] == v for r in log)
+                            for v in ("regression", "improvement", "unchanged", "inconclusive")
+                        },
+                        "calibration": {k: v for k, v in cal.items() if k != "extra"},
+                        "extra": conds[cond],
+                        "min_effect": spec["min_effect"],
+                        "ratios": [r["ratio"] for r in log],
+                    }
+                )
+        finally:
+            a.close()
+            b.close()
+        if save is not None:
+            save(rows)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", choices=["cv", "paired", "all"], default="all")
+    p.add_argument("--out", required=True)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--budget", type=float, default=2.0, help="kernelwatch seconds per case")
+    p.add_argument("--paired-budget", type=float, default=3.0)
+    p.add_argument("--only", action="append")
+    args = p.parse_args()
+    out: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+    path = Path(args.out)
+
+    def save_paired(rows: list[dict[str, Any]]) -> None:
+        out["paired"] = rows
+        path.write_text(json.dumps(out, indent=1))
+
+    if args.part in ("paired", "all"):
+        out["paired"] = part_paired(args.trials, args.paired_budget, args.only, save_paired)
+        path.write_text(json.dumps(out, indent=1))
+        print(
+            f"\n{'kernel':<24}{'cond':<8}{'flag':>6}{'alarm':>6}{'ratio':>9}{'sd':>8}"
+            f"{'blocks s':>9}{'wall s':>8}"
+        )
+        for r in out["paired"]:
+            print(
+                f"{r['kernel']:<24}{r['condition']:<8}{r['flagged']:>3}/{r['trials']:<2}"
+                f"{r['alarms']:>6}{r['mean_ratio']:>9.4f}{r['sd_ratio'] * 100:>7.3f}%"
+                f"{r['mean_blocks_s']:>9.2f}{r['mean_wall_s']:>8.2f}"
+            )
+    if args.part in ("cv", "all"):
+        out["cv"] = part_cv(args.repeats, args.budget, args.only)
+        path.write_text(json.dumps(out, indent=1))
+        print(
+            f"\n{'kernel':<32}{'kw med':>10}{'kw CV':>8}{'kw s':>7}{'do_bench':>10}"
+            f"{'db CV':>8}{'db s':>7}{'ratio':>7}"
+        )
+        for r in out["cv"]:
+            print(
+                f"{r['kernel']:<32}{r['kw_median_us']:>9.1f}u{r['kw_cv'] * 100:>7.2f}%"
+                f"{r['kw_gpu_s']:>7.2f}{r['db_median_us']:>9.1f}u{r['db_cv'] * 100:>7.2f}%"
+                f"{r['db_gpu_s']:>7.2f}{r['db_cv'] / max(r['kw_cv'], 1e-9):>7.1f}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""Altair charts of the dashboard: trend series, ratio heatmap, roofline.
+
+Builders take prepared DataFrames and return charts; they do not query.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from kernelwatch.dashboard import fmt
+
+# What the builders return: a layered chart (``.properties`` widens it to this union).
+ChartSpec = alt.LayerChart | alt.FacetChart
+
+METRICS = {
+    "time": "time per call (lower is better)",
+    "tflops": "TFLOP/s (higher is better)",
+    "gbps": "GB/s (higher is better)",
+}
+MARKERS = ["ok", "throttled", "improvement", "regression", "broken"]
+MARKER_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#000000"]
+MARKER_SHAPES = ["circle", "triangle-up", "square", "diamond", "cross"]
+
+
+def marker(row: Any) -> str:
+    """What a trend point is: broken beats regression beats throttled beats ok."""
+    if (
+        row["status"] in ("fail", "error")
+        or row["verdict"] == "broken"
+        or (row["regression"] == "broken")
+    ):
+        return "broken"
+    if row["regression"] == "regression" or row["verdict"] == "regression":
+        return "regression"
+    if not bool(row["reliable"]):
+        return "throttled"
+    if row["verdict"] == "improvement":
+        return "improvement"
+    return "ok"
+
+
+def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
+    """Plot columns (value, low, high, y, marker) for ``metric``; returns (frame, unit)."""
+    out = df.copy()
+    med = out["median_s"].astype(float)
+    lo_s = out["ci_low_s"].astype(float)
+    hi_s = out["ci_high_s"].astype(float)
+    if metric == "tflops" or metric == "gbps":
+        rate = out[metric].astype(float)
+        out["value"] = rate
+        # Throughput is work / time: the time interval maps inverted onto the rate.
+        out["low"] = rate * med / hi_s
+        out["high"] = rate * med / lo_s
+        unit = "TFLOP/s" if metric == "tflops" else "GB/s"
+    else:
+        typical = float(np.nanmedian(med)) if med.notna().any() else math.nan
+        unit, factor = fmt.time_unit(typical)
+        out["value"] = med * factor
+        out["low"] = lo_s * factor
+        out["high"] = hi_s * factor
+    for col in ("status", "verdict", "regression"):
+        out[col] = out[col].astype(object).where(out[col].notna(), None)
+    out["marker"] = out.apply(marker, axis=1) if len(out) else pd.Series(dtype=str)
+    # Points without a number (broken) sit at the case's last good value.
+    out["y"] = out.groupby("case_id")["value"].transform(lambda s: s.ffill().bfill())
+    out["short_sha"] = out["sha"].map(fmt.short_sha)
+    out["subject"] = out["message"].map(fmt.first_line)
+    out["when"] = out["committed_at"].map(
+        lambda t: t.strftime("%Y-%m-%d %H:%M") if pd.notna(t) else ""
+    )
+    return out, unit
+
+
+def trend_chart(df: pd.DataFrame, metric: str) -> ChartSpec:
+    data, unit = trend_frame(df, metric)
+    data = data[
+        [
+            "sequence",
+            "case_id",
+            "label",
+            "value",
+            "low",
+            "high",
+            "y",
+            "marker",
+            "short_sha",
+            "subject",
+            "when",
+            "status",
+            "verdict",
+            "run_id",
+            "error",
+        ]
+    ]
+    several = data["case_id"].nunique() > 1
+    x = alt.X(
+        "sequence:Q",
+        title="commit (first-parent order)",
+        axis=alt.Axis(format="d", tickMinStep=1),
+        scale=alt.Scale(zero=False, nice=False),
+    )
+    y_title = f"{METRICS.get(metric, metric).split(' (')[0]} [{unit}]"
+    series = alt.Color("label:N", title="case") if several else alt.value("#4c78a8")
+    tooltip = [
+        alt.Tooltip("short_sha:N", title="commit"),
+        alt.Tooltip("subject:N", title="message"),
+        alt.Tooltip("when:N", title="date"),
+        alt.Tooltip("label:N", title="case"),
+        alt.Tooltip("value:Q", title=f"median [{unit}]", format=".4g"),
+        alt.Tooltip("low:Q", title="CI low", format=".4g"),
+        alt.Tooltip("high:Q", title="CI high", format=".4g"),
+        alt.Tooltip("marker:N", title="point"),
+        alt.Tooltip("verdict:N"),
+        alt.Tooltip("run_id:Q", title="run"),
+    ]
+    base = alt.Chart(data).encode(x=x)
+    band = base.mark_area(opacity=0.18).encode(
+        y=alt.Y("low:Q", title=y_title, scale=alt.Scale(zero=False)),
+        y2="high:Q",
+        color=series,
+    )
+    line = base.mark_line(strokeWidth=1.5).encode(y="value:Q", color=series, detail="case_id:N")
+    points = base.mark_point(filled=True, size=70).encode(
+        y="y:Q",
+        shape=alt.Shape(
+            "marker:N", scale=alt.Scale(domain=MARKERS, range=MARKER_SHAPES), title="point"
+        ),
+        color=(
+            series
+            if several
+            else alt.Color(
+                "marker:N", scale=alt.Scale(domain=MARKERS, range=MARKER_COLORS), title="point"
+            )
+        ),
+        size=alt.condition(alt.datum.marker == "ok", alt.value(30), alt.value(140)),
+        tooltip=tooltip,
+    )
+    flagged = data[data["marker"].isin(["regression", "broken"])]
+    layers: list[Any] = [band, line, points]
+    if len(flagged):
+        rules = (
+            alt.Chart(flagged)
+            .mark_rule(strokeDash=[4, 3], opacity=0.6)
+            .encode(
+                x="sequence:Q",
+                color=alt.condition(
+                    alt.datum.marker == "broken",
+                    alt.value(MARKER_COLORS[4]),
+                    alt.value(MARKER_COLORS[3]),
+                ),
+                tooltip=tooltip,
+            )
+        )
+        layers.insert(0, rules)
+    return alt.layer(*layers).properties(height=380)
+
+
+def heatmap_chart(
+    cells: pd.DataFrame, x: str, y: str, x_order: list[str], y_order: list[str]
+) -> ChartSpec:
+    data = cells.copy()
+    data["text"] = data["ratio"].map(lambda r: f"{r:.2f}" if fmt.is_num(r) else "–")
+    data["interval"] = [
+        fmt.ratio(r, lo, hi)
+        for r, lo, hi in zip(data["ratio"], data["ratio_low"], data["ratio_high"], strict=True)
+    ]
+    finite = data["log2_ratio"].replace([np.inf, -np.inf], np.nan).abs()
+    extent = max(0.1, float(finite.max())) if finite.notna().any() else 1.0
+    base = alt.Chart(data).encode(
+        x=alt.X("x:N", title=x, sort=x_order),
+        y=alt.Y("y:N", title=y, sort=list(reversed(y_order))),
+    )
+    tooltip = [
+        alt.Tooltip("x:N", title=x),
+        alt.Tooltip("y:N", title=y),
+        alt.Tooltip("interval:N", title="ratio B/A [CI]"),
+        alt.Tooltip("verdict:N"),
+        alt.Tooltip("cases:Q", title="cases in cell"),
+        alt.Tooltip("label:N", title="worst case"),
+    ]
+    rect = base.mark_rect().encode(
+        color=alt.Color(
+            "log2_ratio:Q",
+            title="log2(B/A)",
+            scale=alt.Scale(scheme="redblue", reverse=True, domain=[-extent, extent], domainMid=0),
+        ),
+        tooltip=tooltip,
+    )
+    text = base.mark_text(fontSize=11).encode(text="text:N", tooltip=tooltip)
+    return alt.layer(rect, text).properties(height=max(160, 36 * len(y_order)))
+
+
+def roofline_chart(
+    df: pd.DataFrame, peak_tflops: float | None, peak_gbps: float | None
+) -> ChartSpec:
+    data = df[df["intensity"].notna() & (df["tflops"].fillna(0) > 0)].copy()
+    data["reliable_text"] = data["reliable"].map(lambda r: "yes" if r else "no (throttled)")
+    x = alt.X("intensity:Q", title="arithmetic intensity [FLOP/byte]", scale=alt.Scale(type="log"))
+    yscale = alt.Scale(type="log")
+    points = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=80)
+        .encode(
+            x=x,
+            y=alt.Y("tflops:Q", title="achieved TFLOP/s", scale=yscale),
+            color=alt.Color("kernel:N"),
+            shape=alt.Shape("reliable_text:N", title="reliable"),
+            tooltip=[
+                alt.Tooltip("kernel:N"),
+                alt.Tooltip("label:N", title="case"),
+                alt.Tooltip("intensity:Q", format=".3g"),
+                alt.Tooltip("tflops:Q", format=".4g"),
+                alt.Tooltip("gbps:Q", format=".4g", title="GB/s"),
+                alt.Tooltip("pct_of_peak:Q", format=".1f", title="% of peak"),
+                alt.Tooltip("reliable_text:N", title="reliable"),
+            ],
+        )
+    )
+    layers: list[Any] = [points]
+    if (peak_tflops or peak_gbps) and len(data):
+        lo = float(data["intensity"].min()) / 4
+        hi = float(data["intensity"].max()) * 4
+        if peak_tflops and peak_gbps:
+            ridge = peak_tflops * 1000 / peak_gbps
+            lo, hi = min(lo, ridge / 4), max(hi, ridge * 4)
+        grid = np.geomspace(lo, hi, 64)
+        roof = []
+        for ai in grid:
+            caps = []
+            if peak_gbps:
+                caps.append(ai * peak_gbps / 1000)  # FLOP/byte × GB/s → GFLOP/s → TFLOP/s
+            if peak_tflops:
+                caps.append(peak_tflops)
+            roof.append({"intensity": float(ai), "tflops": float(min(caps))})
+        ceiling = (
+            alt.Chart(pd.DataFrame(roof))
+            .mark_line(color="#888", strokeDash=[6, 3])
+            .encode(x=x, y=alt.Y("tflops:Q", scale=yscale))
+        )
+        layers.insert(0, ceiling)
+    return alt.layer(*layers).properties(height=420)

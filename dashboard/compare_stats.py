@@ -1,0 +1,270 @@
+"""Comparison of two runs from their stored results: per-case ratios with intervals.
+
+The Compare view lets a person put any two runs side by side, not only a run and
+its analysed baseline, so the numbers are computed here from what is stored:
+the ratio of medians (candidate / baseline, > 1 is slower) with a percentile
+bootstrap interval over the raw samples of both runs. When the samples are
+missing, the interval falls back to the conservative quotient of the stored
+median intervals.
+
+These are unpaired comparisons of two separate runs; the verdicts the gate
+posts come from paired, interleaved measurements (``kernelwatch.jobs``) and are
+shown beside these when the candidate was analysed against this baseline.
+There is deliberately no summary over cases (no geomean): a regression confined
+to one corner of the shape grid must stay visible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+BOOTSTRAP = 1000
+LEVEL = 0.95
+SEED = 20_240_601
+
+
+# Resampled elements held at once (cases × resamples × samples) when vectorising.
+CHUNK_ELEMENTS = 4_000_000
+
+
+def _clean(values: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    return np.asarray([x for x in values if x is not None and x > 0], dtype=float)
+
+
+def bootstrap_many(
+    pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+    level: float = LEVEL,
+    n: int = BOOTSTRAP,
+) -> list[tuple[float, float, float] | None]:
+    """(ratio of medians, low, high) of cand/base for many cases at once.
+
+    Cases with the same sample counts are resampled together (one index matrix per
+    group), so a run of 200 cases costs a few vectorised medians, not 200 loops.
+    None where a side has no samples; NaN bounds where a side has a single sample.
+    """
+    clean = [(_clean(a), _clean(b)) for a, b in pairs]
+    out: list[tuple[float, float, float] | None] = [None] * len(clean)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (a, b) in enumerate(clean):
+        if a.size and b.size:
+            groups.setdefault((a.size, b.size), []).append(i)
+    rng = np.random.default_rng(SEED)
+    tail = (1 - level) / 2 * 100
+    for (na, nb), members in groups.items():
+        base = np.stack([clean[i][0] for i in members])
+        cand = np.stack([clean[i][1] for i in members])
+        ratios = np.median(cand, axis=1) / np.median(base, axis=1)
+        if na < 2 or nb < 2:
+            for k, i in enumerate(members):
+                out[i] = (float(ratios[k]), math.nan, math.nan)
+            continue
+        ia = rng.integers(0, na, size=(n, na))
+        ib = rng.integers(0, nb, size=(n, nb))
+        step = max(1, CHUNK_ELEMENTS // (n * max(na, nb)))
+        for start in range(0, len(members), step):
+            sl = slice(start, start + step)
+            boot = np.median(cand[sl][:, ib], axis=2) / np.median(base[sl][:, ia], axis=2)
+            low, high = np.percentile(boot, [tail, 100 - tail], axis=1)
+            for k in range(boot.shape[0]):
+                out[members[start + k]] = (float(ratios[start + k]), float(low[k]), float(high[k]))
+    return out
+
+
+def bootstrap_ratio(
+    base: Sequence[float], cand: Sequence[float], level: float = LEVEL, n: int = BOOTSTRAP
+) -> tuple[float, float, float] | None:
+    """(ratio of medians, low, high) of cand/base; None without samples on both sides."""
+    return bootstrap_many([(base, cand)], level, n)[0]
+
+
+def verdict(
+    status_a: str | None,
+    status_b: str | None,
+    ratio: float,
+    low: float,
+    high: float,
+    threshold: float,
+) -> str:
+    """Case verdict from the ratio interval, in the analysis' words (plus missing/new)."""
+    if status_b is None:
+        return "missing in B"
+    if status_a is None:
+        return "new in B"
+    if status_b == "fail":
+        return "broken"
+    if status_b == "error":
+        return "error"
+    if status_a in ("error", "fail", "skip") or status_b == "skip":
+        return "inconclusive"
+    if not math.isfinite(ratio):
+        return "inconclusive"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "inconclusive"
+    if low > 1 + threshold:
+        return "regression"
+    if high < 1 / (1 + threshold):
+        return "improvement"
+    if low >= 1 / (1 + threshold) and high <= 1 + threshold:
+        return "unchanged"
+    return "inconclusive"
+
+
+def _samples(value: Any) -> list[float]:
+    return list(value) if isinstance(value, list | tuple | np.ndarray) else []
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
+    """Per-case comparison of run ``a`` (baseline) and run ``b`` (candidate).
+
+    Both frames come from ``queries.run_results(..., samples=True)``. Cases present
+    in only one run are kept with an empty ratio, so a case that disappeared shows.
+    """
+    keep = [
+        "case_id",
+        "suite",
+        "kernel",
+        "label",
+        "params",
+        "status",
+        "median_s",
+        "ci_low_s",
+        "ci_high_s",
+        "samples",
+        "verdict",
+        "ratio",
+        "reliable",
+    ]
+    left = a.reindex(columns=keep)
+    right = b.reindex(columns=keep)
+    m = left.merge(right, on="case_id", how="outer", suffixes=("_a", "_b"))
+    boots = bootstrap_many(
+        [(_samples(a), _samples(b)) for a, b in zip(m["samples_a"], m["samples_b"], strict=True)]
+    )
+    rows: list[dict[str, Any]] = []
+    for (_, r), stats in zip(m.iterrows(), boots, strict=True):
+        med_a, med_b = r["median_s_a"], r["median_s_b"]
+        if stats is None and _finite(med_a) and _finite(med_b) and med_a > 0:
+            ratio = med_b / med_a
+            low = _div(r["ci_low_s_b"], r["ci_high_s_a"])
+            high = _div(r["ci_high_s_b"], r["ci_low_s_a"])
+        elif stats is not None:
+            ratio, low, high = stats
+        else:
+            ratio = low = high = math.nan
+        status_a = _str(r["status_a"])
+        status_b = _str(r["status_b"])
+        rows.append(
+            {
+                "case_id": r["case_id"],
+                "suite": _first(r["suite_a"], r["suite_b"]),
+                "kernel": _first(r["kernel_a"], r["kernel_b"]),
+                "label": _first(r["label_a"], r["label_b"]),
+                "params": _first(r["params_a"], r["params_b"]),
+                "status_a": status_a,
+                "status_b": status_b,
+                "median_a_s": med_a,
+                "median_b_s": med_b,
+                "ratio": ratio,
+                "ratio_low": low,
+                "ratio_high": high,
+                "change_pct": (ratio - 1) * 100 if _finite(ratio) else math.nan,
+                "verdict": verdict(status_a, status_b, ratio, low, high, threshold),
+                "analysis_verdict": _str(r["verdict_b"]),
+                "reliable": bool(_first(r["reliable_b"], True))
+                and bool(_first(r["reliable_a"], True)),
+            }
+        )
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.sort_values(["kernel", "label"]).reset_index(drop=True)
+
+
+def param_axes(cmp: pd.DataFrame) -> list[str]:
+    """Parameter names that vary among the compared cases (candidate heatmap axes)."""
+    values: dict[str, set[str]] = {}
+    for params in cmp.get("params", pd.Series(dtype=object)):
+        if isinstance(params, dict):
+            for k, v in params.items():
+                values.setdefault(k, set()).add(str(v))
+    return sorted(k for k, vs in values.items() if len(vs) > 1)
+
+
+def param_values(cmp: pd.DataFrame, name: str) -> list[str]:
+    vals = {str(p[name]) for p in cmp["params"] if isinstance(p, dict) and name in p}
+    return sorted(vals, key=_natural)
+
+
+def heatmap(cmp: pd.DataFrame, x: str, y: str, fixed: dict[str, str] | None = None) -> pd.DataFrame:
+    """Cells (x value, y value) → ratio, for the cases matching ``fixed`` params.
+
+    Every case that matches lands in exactly one cell; when other parameters still
+    vary, a cell keeps its worst (largest) ratio and says how many cases it holds,
+    so a slow corner is never averaged away.
+    """
+    rows = []
+    for _, r in cmp.iterrows():
+        p = r["params"]
+        if not isinstance(p, dict) or x not in p or y not in p:
+            continue
+        if fixed and any(str(p.get(k)) != v for k, v in fixed.items()):
+            continue
+        rows.append(
+            {
+                "x": str(p[x]),
+                "y": str(p[y]),
+                "ratio": r["ratio"],
+                "ratio_low": r["ratio_low"],
+                "ratio_high": r["ratio_high"],
+                "verdict": r["verdict"],
+                "label": r["label"],
+            }
+        )
+    cells = pd.DataFrame(
+        rows, columns=["x", "y", "ratio", "ratio_low", "ratio_high", "verdict", "label"]
+    )
+    if cells.empty:
+        return cells.assign(cases=pd.Series(dtype=int), log2_ratio=pd.Series(dtype=float))
+    cells["cases"] = cells.groupby(["x", "y"])["label"].transform("count")
+    cells = (
+        cells.sort_values("ratio", ascending=False, na_position="last")
+        .drop_duplicates(subset=["x", "y"], keep="first")
+        .reset_index(drop=True)
+    )
+    cells["log2_ratio"] = np.log2(cells["ratio"].where(cells["ratio"] > 0))
+    return cells
+
+
+def _natural(v: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(v), v)
+    except ValueError:
+        return (1, 0.0, v)
+
+
+def natural_order(values: Sequence[str]) -> list[str]:
+    return sorted(values, key=_natural)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def _div(n: Any, d: Any) -> float:
+    return float(n) / float(d) if _finite(n) and _finite(d) and d > 0 else math.nan
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _first(*values: Any) -> Any:
+    for v in values:
+        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+            return v
+    return None

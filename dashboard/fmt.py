@@ -1,0 +1,79 @@
+"""Formatting of times, ratios and commits for display; no Streamlit, no database."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TypeGuard
+
+
+def is_num(v: Any) -> TypeGuard[float]:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def short_sha(sha: Any, n: int = 10) -> str:
+    return sha[:n] if isinstance(sha, str) else ""
+
+
+def first_line(text: Any, n: int = 80) -> str:
+    if not isinstance(text, str) or not text:
+        return ""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= n else line[: n - 1] + "…"
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """A unit that makes ``seconds`` readable, and its factor from seconds."""
+    if not is_num(seconds) or seconds >= 1:
+        return "s", 1.0
+    if seconds >= 1e-3:
+        return "ms", 1e3
+    if seconds >= 1e-6:
+        return "µs", 1e6
+    return "ns", 1e9
+
+
+def seconds(v: Any) -> str:
+    if not is_num(v):
+        return "–"
+    unit, factor = time_unit(abs(v))
+    return f"{v * factor:.4g} {unit}"
+
+
+def duration(v: Any) -> str:
+    """Wall-clock duration of a run or a wait: 42 s, 3 m 05 s, 2 h 10 m, 9 d 02 h."""
+    if not is_num(v):
+        return "–"
+    s = int(round(v))
+    if s < 60:
+        return f"{v:.1f} s" if v < 10 else f"{s} s"
+    if s < 3600:
+        return f"{s // 60} m {s % 60:02d} s"
+    if s < 2 * 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} m"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"
+
+
+def change(ratio: Any, low: Any = None, high: Any = None) -> str:
+    """A ratio as a relative change with its interval: ``+12.3 % [+8.1, +16.0]``."""
+    if not is_num(ratio):
+        return "–"
+    text = f"{(ratio - 1) * 100:+.1f} %"
+    if is_num(low) and is_num(high):
+        text += f" [{(low - 1) * 100:+.1f}, {(high - 1) * 100:+.1f}]"
+    return text
+
+
+def ratio(ratio: Any, low: Any = None, high: Any = None) -> str:
+    """A ratio with its interval: ``×1.123 [1.081, 1.160]``."""
+    if not is_num(ratio):
+        return "–"
+    text = f"×{ratio:.3f}"
+    if is_num(low) and is_num(high):
+        text += f" [{low:.3f}, {high:.3f}]"
+    return text
+
+
+def params(p: Any) -> str:
+    if not isinstance(p, dict):
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in sorted(p.items()))

@@ -1,0 +1,84 @@
+"""Pages and deep links: every view is addressable by query parameters.
+
+``?page=run&run=12``, ``?page=compare&a=3&b=4``, ``?page=trend&repo=1&case=<id>``:
+a commit status ``target_url`` or a link in a PR comment opens exactly that view.
+Pages read their state from ``st.query_params`` on the first run of a session and
+write it back when a widget changes, so the address bar always names the view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import streamlit as st
+
+
+@dataclass(frozen=True)
+class PageInfo:
+    key: str
+    title: str
+    params: tuple[str, ...]  # query parameters the page owns
+
+
+PAGES: tuple[PageInfo, ...] = (
+    PageInfo("runs", "Runs", ("run", "repo", "state", "device")),
+    PageInfo("trend", "Trends", ("repo", "device", "suite", "kernel", "case", "metric")),
+    PageInfo("regressions", "Regressions", ("repo", "state", "regression")),
+    PageInfo("compare", "Compare", ("a", "b", "kernel", "x", "y")),
+    PageInfo("fleet", "Fleet", ()),
+    PageInfo("roofline", "Roofline", ("run", "repo")),
+)
+BY_KEY = {p.key: p for p in PAGES}
+# Spellings a link may use for a page.
+ALIASES = {"run": "runs", "trends": "trend", "regression": "regressions", "workers": "fleet"}
+
+
+def page_key(raw: str | None) -> str:
+    if not raw:
+        return "runs"
+    raw = raw.strip().lower()
+    raw = ALIASES.get(raw, raw)
+    return raw if raw in BY_KEY else "runs"
+
+
+def link(page: str, **params: Any) -> str:
+    """A relative deep link to a view: ``?page=compare&a=3&b=4`` (empty values dropped)."""
+    query = {"page": page, **{k: v for k, v in params.items() if v not in (None, "")}}
+    return "?" + urlencode({k: str(v) for k, v in query.items()})
+
+
+def param(name: str) -> str | None:
+    value = st.query_params.get(name)
+    return value if value else None
+
+
+def int_param(name: str) -> int | None:
+    value = param(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def set_params(values: Mapping[str, Any]) -> None:
+    """Write widget state back to the address bar (None or "" removes a parameter)."""
+    for k, v in values.items():
+        current = st.query_params.get(k)
+        if v is None or v == "":
+            if current is not None:
+                del st.query_params[k]
+        elif current != str(v):
+            st.query_params[k] = str(v)
+
+
+def index_of(options: list[Any], value: Any, default: int = 0) -> int:
+    """Position of ``value`` among options (compared as text, as query params are)."""
+    if value is None:
+        return default
+    for i, option in enumerate(options):
+        if str(option) == str(value):
+            return i
+    return default

@@ -1,0 +1,213 @@
+"""Regressions: flagged cases across repositories, newest first, and their triage.
+
+``?page=regressions&state=open,acknowledged&repo=1`` filters the list;
+``&regression=7`` opens one with its suspect commit range, deep links, the
+commands that reproduce it, its triage trail and (signed in) the triage form.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from kernelwatch.dashboard import auth, cached, fmt, nav
+from kernelwatch.db.triage import ACTIVE_STATES, TRIAGE_ACTIONS
+
+STATES = ("open", "acknowledged", "expected", "false_positive", "fixed")
+
+
+FLASH = "kw_triage_flash"
+
+
+def render(url: str) -> None:
+    st.title("Regressions")
+    flash = st.session_state.pop(FLASH, None)
+    if flash:
+        st.success(flash)
+    repos = cached.repositories(url)
+    c1, c2 = st.columns([3, 2])
+    # No parameter: the states that want attention; ``state=any``: no filter.
+    wanted = [s for s in (nav.param("state") or ",".join(ACTIVE_STATES)).split(",") if s in STATES]
+    states = c1.multiselect("State (none selected: any)", list(STATES), default=wanted)
+    repo_ids: list[int | None] = [None, *[int(r) for r in repos["id"]]]
+    names = dict(zip(repos["id"], repos["name"], strict=True))
+    repo = c2.selectbox(
+        "Repository",
+        repo_ids,
+        index=nav.index_of(repo_ids, nav.int_param("repo")),
+        format_func=lambda r: "all repositories" if r is None else names.get(r, str(r)),
+    )
+    nav.set_params({"state": ",".join(states) or "any", "repo": repo})
+
+    df = cached.regressions(url, tuple(states or STATES), repo)
+    if df.empty:
+        st.success("No regressions in these states.")
+        return
+    st.caption(
+        f"{len(df)} regression(s), newest first. Magnitude is the slowdown of the "
+        "candidate against its baseline with the confidence interval."
+    )
+    st.dataframe(
+        regression_table(df),
+        hide_index=True,
+        column_config={
+            "open": st.column_config.LinkColumn("id", display_text=r"regression=(\d+)"),
+            "compare": st.column_config.LinkColumn("compare", display_text="compare"),
+            "run": st.column_config.LinkColumn("run", display_text=r"run=(\d+)"),
+            "trend": st.column_config.LinkColumn("trend", display_text="trend"),
+            "flagged": st.column_config.DatetimeColumn("flagged", format="YYYY-MM-DD HH:mm"),
+            "case": st.column_config.TextColumn(width="medium"),
+        },
+    )
+
+    ids = [int(i) for i in df["id"]]
+    labels = {
+        int(r.id): f"#{r.id} {r.kernel} · {r.label} ({r.repository}, {r.kind})"
+        for r in df.itertuples()
+    }
+    current = nav.int_param("regression")
+    options: list[int | None] = [None, *ids]
+    choice = st.selectbox(
+        "Details and triage",
+        options,
+        index=nav.index_of(options, current),
+        format_func=lambda i: "choose a regression…" if i is None else labels.get(i, f"#{i}"),
+    )
+    nav.set_params({"regression": choice})
+    if choice is not None:
+        row = df[df["id"] == choice].iloc[0].to_dict()
+        detail(url, row)
+
+
+def regression_table(df: pd.DataFrame) -> pd.DataFrame:
+    records = df.to_dict("records")
+    return pd.DataFrame(
+        {
+            "open": [
+                nav.link("regressions", regression=int(i), state=s)
+                for i, s in zip(df["id"], df["state"], strict=True)
+            ],
+            "flagged": df["created"],
+            "kind": df["kind"],
+            "magnitude": [magnitude(r) for r in records],
+            "kernel": df["kernel"],
+            "case": df["label"],
+            "suspect range": [suspect_range(r) for r in records],
+            "repository": df["repository"],
+            "device": df["device_class"],
+            "state": df["state"],
+            "compare": [compare_link(r) for r in records],
+            "run": [nav.link("run", run=int(r)) for r in df["run_id"]],
+            "trend": [trend_link(r) for r in records],
+        }
+    )
+
+
+def magnitude(r: dict[str, Any]) -> str:
+    if r["kind"] == "broken":
+        return f"broken: {fmt.first_line(r['detail'], 80) or 'correctness failed'}"
+    return f"{fmt.change(r['ratio'], r['ratio_ci_low'], r['ratio_ci_high'])}"
+
+
+def suspect_range(r: dict[str, Any]) -> str:
+    head = fmt.short_sha(r["sha"]) or "?"
+    base = fmt.short_sha(r["baseline_sha"])
+    return f"{base}..{head}" if base else head
+
+
+def compare_link(r: dict[str, Any]) -> str | None:
+    base = r.get("baseline_run_id")
+    if base is None or pd.isna(base):
+        return None
+    return f"{nav.link('compare', a=int(base), b=int(r['run_id']), kernel=r['kernel'])}"
+
+
+def trend_link(r: dict[str, Any]) -> str:
+    link: str = nav.link(
+        "trend", repo=int(r["repository_id"]), device=r["device_class"], case=r["case_id"]
+    )
+    return link
+
+
+def repro_commands(r: dict[str, Any]) -> str:
+    run = ["kernelwatch", "run", str(r["source"])]
+    if r["sha"]:
+        run += ["--commit", str(r["sha"])]
+    if r["baseline_sha"]:
+        run += ["--baseline", str(r["baseline_sha"])]
+    run += ["--suite", str(r["suite"])]
+    bench = [
+        "kernelwatch",
+        "bench",
+        "--suite",
+        str(r["suite"]),
+        "--kernel",
+        str(r["kernel"]),
+        "--out",
+        "results.jsonl",
+    ]
+    return (
+        "# measure the suspect commit against its baseline (queued on a worker)\n"
+        f"{shlex.join(run)}\n"
+        "# or, in a checkout of the suspect commit with the library installed\n"
+        f"{shlex.join(bench)}"
+    )
+
+
+def detail(url: str, r: dict[str, Any]) -> None:
+    st.subheader(f"#{r['id']} {r['kernel']} · {r['label']}")
+    st.markdown(
+        f"**{r['kind']}** in **{r['repository']}** on **{r['device_class']}** · "
+        f"{magnitude(r)}"
+        + (f" · p = {r['p_value']:.2g}" if fmt.is_num(r["p_value"]) else "")
+        + f" · state **{r['state']}**"
+    )
+    if r["detail"]:
+        st.caption(r["detail"])
+    st.markdown(f"Suspect range `{suspect_range(r)}` — {fmt.first_line(r['message'], 120)}")
+    links = [
+        f"[run #{int(r['run_id'])}]({nav.link('run', run=int(r['run_id']))})",
+        f"[trend]({trend_link(r)})",
+    ]
+    cmp = compare_link(r)
+    if cmp:
+        links.insert(1, f"[compare with baseline]({cmp})")
+    st.markdown(" · ".join(links))
+    st.markdown("**Reproduce**")
+    st.code(repro_commands(r), language="bash", wrap_lines=True)
+    triage_panel(url, r)
+
+
+def triage_panel(url: str, r: dict[str, Any]) -> None:
+    st.markdown("**Triage**")
+    state = cached.schema_state(url)
+    if not state["triage"]:
+        st.warning("Triage needs migration 0002: run `kernelwatch db upgrade`.")
+        return
+    events = cached.triage_events(url, (int(r["id"]),))
+    if events.empty:
+        st.caption("No triage yet.")
+    else:
+        st.dataframe(events.drop(columns=["regression_id"]), hide_index=True)
+    config = auth.auth_config()
+    user = auth.current_user(config)
+    if not config.enabled:
+        st.info(
+            "Triage is disabled: the dashboard is read-only. Set KW_DASHBOARD_PASSWORD or "
+            "KW_DASHBOARD_TRUSTED_HEADER to enable it."
+        )
+        return
+    if user is None:
+        st.info("Sign in (sidebar) to triage.")
+        return
+    with st.form(f"triage_{r['id']}", clear_on_submit=True):
+        actions = [a for a in TRIAGE_ACTIONS if a != r["state"]]
+        action = st.selectbox("Decision", actions, format_func=lambda a: a.replace("_", " "))
+        note = st.text_area("Note", placeholder="why: link to the PR, issue or discussion")
+        if st.form_submit_button(f"Record as {user}"):
+            cached.record_triage(url, int(r["id"]), str(action), user, note)
+            st.session_state[FLASH] = f"Recorded on #{r['id']}: {action} by {user}."
+            st.rerun()

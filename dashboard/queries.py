@@ -1,0 +1,509 @@
+"""The dashboard's reads: SQLAlchemy ``select()`` queries that return pandas DataFrames.
+
+Pure data access, no Streamlit: pages call these through the cached wrappers in
+``cached.py``, and ``benchmarks/dashboard.py`` times them directly. Every query
+names its columns and stays on an indexed access path; the heavy columns
+(``results.samples``, ``results.record``) are read only for one or two runs at
+a time, and only the parts of the record a view shows.
+
+Nothing here writes; triage writes live in ``kernelwatch.db.triage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Engine, Executable, func, inspect, select, text
+from sqlalchemy import case as sql_case
+from sqlalchemy.orm import aliased
+
+from kernelwatch.db.models import Case, Commit, Regression, Repository, Result, Run
+from kernelwatch.db.triage import TriageEvent
+
+# Run list and selectors show at most this many runs; older ones are reached by id.
+RUN_LIMIT = 200
+# Cases offered in the trend and roofline selectors come from this many recent runs.
+RECENT_RUNS_FOR_CASES = 50
+# Tables another part may add for worker heartbeats (the fleet view shows them if present).
+HEARTBEAT_TABLES = ("worker_heartbeats", "heartbeats", "workers")
+
+TIME_COLUMNS = ("created", "started", "finished", "committed_at", "last_activity")
+FLOAT_COLUMNS = (
+    "median_s",
+    "ci_low_s",
+    "ci_high_s",
+    "tflops",
+    "gbps",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "p_value",
+    "flops",
+    "bytes",
+    "pct_of_peak",
+)
+
+
+def _frame(engine: Engine, query: Executable, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    with engine.connect() as conn:
+        result = conn.execute(query)
+        names = list(columns or result.keys())
+        rows = [tuple(r) for r in result]
+    df = pd.DataFrame.from_records(rows, columns=names)
+    for col in TIME_COLUMNS:
+        if col in df.columns:
+            # SQLite hands back naive datetimes (stored as UTC); PostgreSQL aware ones.
+            df[col] = pd.to_datetime(df[col], utc=True)
+    for col in df.columns:
+        if col in FLOAT_COLUMNS:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+        elif (
+            (col == "id" or col.endswith("_id"))
+            and df[col].dtype.kind in "fO"
+            and (col != "case_id")
+        ):
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    return df
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def schema_state(engine: Engine) -> dict[str, bool]:
+    """Which parts of the schema exist: ``core`` (migration 0001), ``triage`` (0002)."""
+    names = set(inspect(engine).get_table_names())
+    return {
+        "core": {"runs", "results", "regressions", "cases"} <= names,
+        "triage": "triage_events" in names,
+        "heartbeats": any(t in names for t in HEARTBEAT_TABLES),
+    }
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def repositories(engine: Engine) -> pd.DataFrame:
+    q = select(Repository.id, Repository.name, Repository.source, Repository.default_branch)
+    return _frame(engine, q.order_by(Repository.name))
+
+
+def device_classes(engine: Engine, repository_id: int | None = None) -> list[str]:
+    q = select(Run.device_class).distinct()
+    if repository_id is not None:
+        q = q.where(Run.repository_id == repository_id)
+    with engine.connect() as conn:
+        return sorted(str(v) for v in conn.scalars(q))
+
+
+def resolve_run(engine: Engine, ref: str, device_class: str | None = None) -> int | None:
+    """A run id from ``ref``: a run id, or a commit sha (prefix) → a run of that commit.
+
+    Of a commit's runs, a succeeded one on ``device_class`` is preferred, then any
+    succeeded one, then the newest.
+    """
+    ref = ref.strip()
+    if not ref:
+        return None
+    with engine.connect() as conn:
+        if ref.isdigit():
+            found = conn.scalar(select(Run.id).where(Run.id == int(ref)))
+            if found is not None:
+                return int(found)
+        if len(ref) >= 4 and all(c in "0123456789abcdefABCDEF" for c in ref):
+            order: list[Any] = [sql_case((Run.status == "succeeded", 0), else_=1)]
+            if device_class:
+                order.insert(0, sql_case((Run.device_class == device_class, 0), else_=1))
+            q = (
+                select(Run.id)
+                .join(Commit, Run.commit_id == Commit.id)
+                .where(Commit.sha.startswith(ref.lower(), autoescape=True))
+                .order_by(*order, Run.id.desc())
+                .limit(1)
+            )
+            found = conn.scalar(q)
+            return int(found) if found is not None else None
+    return None
+
+
+# --------------------------------------------------------------------------- runs
+
+RUN_COLUMNS = (
+    Run.id,
+    Run.status,
+    Run.verdict,
+    Run.repository_id,
+    Repository.name.label("repository"),
+    Commit.sha,
+    Commit.sequence,
+    Commit.message,
+    Run.version_spec,
+    Run.device_class,
+    Run.queue,
+    Run.worker,
+    Run.trigger,
+    Run.attempts,
+    Run.baseline_sha,
+    Run.baseline_run_id,
+    Run.created,
+    Run.started,
+    Run.finished,
+)
+
+
+def _with_durations(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        df["wait_s"] = pd.Series(dtype=float)
+        df["duration_s"] = pd.Series(dtype=float)
+        return df
+    df["wait_s"] = (df["started"] - df["created"]).dt.total_seconds()
+    df["duration_s"] = (df["finished"] - df["started"]).dt.total_seconds()
+    return df
+
+
+def runs(
+    engine: Engine,
+    repository_id: int | None = None,
+    statuses: Sequence[str] = (),
+    device_class: str | None = None,
+    limit: int = RUN_LIMIT,
+) -> pd.DataFrame:
+    """Newest runs first, with repository, commit and queue/run durations."""
+    q = (
+        select(*RUN_COLUMNS)
+        .join(Repository, Run.repository_id == Repository.id)
+        .outerjoin(Commit, Run.commit_id == Commit.id)
+        .order_by(Run.id.desc())
+        .limit(limit)
+    )
+    if repository_id is not None:
+        q = q.where(Run.repository_id == repository_id)
+    if statuses:
+        q = q.where(Run.status.in_(list(statuses)))
+    if device_class:
+        q = q.where(Run.device_class == device_class)
+    return _with_durations(_frame(engine, q))
+
+
+def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
+    """One run with everything the run view shows (build log, error, options)."""
+    q = (
+        select(
+            *RUN_COLUMNS,
+            Repository.source,
+            Commit.author,
+            Commit.committed_at,
+            Run.suites,
+            Run.options,
+            Run.error,
+            Run.build_log,
+        )
+        .join(Repository, Run.repository_id == Repository.id)
+        .outerjoin(Commit, Run.commit_id == Commit.id)
+        .where(Run.id == run_id)
+    )
+    df = _with_durations(_frame(engine, q))
+    if df.empty:
+        return None
+    row: dict[str, Any] = df.iloc[0].to_dict()
+    return row
+
+
+def run_counts(engine: Engine) -> pd.DataFrame:
+    """Number of runs per (queue, state)."""
+    q = (
+        select(Run.queue, Run.status, func.count().label("runs"))
+        .group_by(Run.queue, Run.status)
+        .order_by(Run.queue, Run.status)
+    )
+    return _frame(engine, q)
+
+
+# --------------------------------------------------------------------------- results
+
+RESULT_COLUMNS = (
+    Result.id.label("result_id"),
+    Result.run_id,
+    Result.case_id,
+    Case.suite,
+    Case.kernel,
+    Case.backend,
+    Case.params,
+    Case.label,
+    Result.status,
+    Result.verdict,
+    Result.median_s,
+    Result.ci_low_s,
+    Result.ci_high_s,
+    Result.n_samples,
+    Result.tflops,
+    Result.gbps,
+    Result.reliable,
+    Result.device_name,
+    Result.ratio,
+    Result.ratio_ci_low,
+    Result.ratio_ci_high,
+    Result.p_value,
+    Result.error,
+    Result.log_tail,
+)
+
+
+def run_results(engine: Engine, run_id: int, samples: bool = False) -> pd.DataFrame:
+    """Per-case results of one run, with device telemetry (and raw samples if asked)."""
+    cols: list[Any] = [*RESULT_COLUMNS, Result.record["device"].label("device")]
+    if samples:
+        cols.append(Result.samples)
+    q = (
+        select(*cols)
+        .join(Case, Result.case_id == Case.id)
+        .where(Result.run_id == run_id)
+        .order_by(Case.suite, Case.kernel, Case.label)
+    )
+    return _frame(engine, q)
+
+
+def cases_for(engine: Engine, repository_id: int, device_class: str | None = None) -> pd.DataFrame:
+    """Cases measured in a repository's recent runs (on one device class if given)."""
+    recent = select(Run.id).where(Run.repository_id == repository_id)
+    if device_class:
+        recent = recent.where(Run.device_class == device_class)
+    recent_ids = recent.order_by(Run.id.desc()).limit(RECENT_RUNS_FOR_CASES).subquery()
+    measured = select(Result.case_id).where(Result.run_id.in_(select(recent_ids.c.id)))
+    q = (
+        select(
+            Case.id.label("case_id"), Case.suite, Case.kernel, Case.backend, Case.params, Case.label
+        )
+        .where(Case.id.in_(measured))
+        .order_by(Case.suite, Case.kernel, Case.label)
+    )
+    return _frame(engine, q)
+
+
+def case_info(engine: Engine, case_id: str) -> dict[str, Any] | None:
+    q = select(
+        Case.id.label("case_id"), Case.suite, Case.kernel, Case.backend, Case.params, Case.label
+    ).where(Case.id == case_id)
+    df = _frame(engine, q)
+    return None if df.empty else dict(df.iloc[0].to_dict())
+
+
+def case_repositories(engine: Engine, case_id: str) -> list[int]:
+    """Repositories whose runs measured a case (newest run first), for deep links."""
+    q = (
+        select(Run.repository_id)
+        .join(Result, Result.run_id == Run.id)
+        .where(Result.case_id == case_id)
+        .order_by(Run.id.desc())
+        .limit(1)
+    )
+    with engine.connect() as conn:
+        return [int(v) for v in conn.scalars(q)]
+
+
+def trend(
+    engine: Engine, case_ids: Sequence[str], repository_id: int, device_class: str
+) -> pd.DataFrame:
+    """Results of cases over a repository's commits on one device class, in commit order.
+
+    A commit measured more than once keeps its newest run. ``regression`` is the
+    kind of a Regression row flagged at that point (regression | broken), if any.
+    """
+    if not case_ids:
+        return pd.DataFrame()
+    q = (
+        select(
+            Result.run_id,
+            Result.case_id,
+            Case.label,
+            Case.kernel,
+            Commit.sha,
+            Commit.sequence,
+            Commit.message,
+            Commit.committed_at,
+            Commit.author,
+            Result.status,
+            Result.verdict,
+            Result.median_s,
+            Result.ci_low_s,
+            Result.ci_high_s,
+            Result.tflops,
+            Result.gbps,
+            Result.reliable,
+            Result.ratio,
+            Result.error,
+            Regression.id.label("regression_id"),
+            Regression.kind.label("regression"),
+            Regression.state.label("regression_state"),
+        )
+        .join(Run, Result.run_id == Run.id)
+        .join(Commit, Run.commit_id == Commit.id)
+        .join(Case, Result.case_id == Case.id)
+        .outerjoin(
+            Regression,
+            (Regression.run_id == Result.run_id) & (Regression.case_id == Result.case_id),
+        )
+        .where(
+            Result.case_id.in_(list(case_ids)),
+            Run.repository_id == repository_id,
+            Run.device_class == device_class,
+        )
+        .order_by(Commit.sequence, Result.run_id)
+    )
+    df = _frame(engine, q)
+    if df.empty:
+        return df
+    df = df.drop_duplicates(subset=["case_id", "sequence"], keep="last")
+    return df.reset_index(drop=True)
+
+
+def roofline(engine: Engine, run_id: int) -> pd.DataFrame:
+    """Achieved rates and arithmetic intensity of one run's cases, with device ceilings."""
+    thr = Result.record["throughput"]
+    q = (
+        select(
+            Result.case_id,
+            Case.kernel,
+            Case.label,
+            Result.status,
+            Result.reliable,
+            Result.tflops,
+            Result.gbps,
+            Result.device_name,
+            thr["flops"].as_float().label("flops"),
+            thr["bytes"].as_float().label("bytes"),
+            thr["pct_of_peak"].as_float().label("pct_of_peak"),
+            thr["bound_by"].as_string().label("bound_by"),
+            Result.record["device"]["peaks"].label("peaks"),
+        )
+        .join(Case, Result.case_id == Case.id)
+        .where(Result.run_id == run_id)
+        .order_by(Case.kernel, Case.label)
+    )
+    df = _frame(engine, q)
+    if df.empty:
+        return df
+    ok = (df["bytes"].fillna(0) > 0) & df["flops"].notna()
+    df["intensity"] = (df["flops"] / df["bytes"]).where(ok)
+    return df
+
+
+# --------------------------------------------------------------------------- regressions
+
+
+def regressions(
+    engine: Engine,
+    states: Sequence[str] = ("open",),
+    repository_id: int | None = None,
+    limit: int = 500,
+) -> pd.DataFrame:
+    """Regression rows, newest first, with case, commit range and repository."""
+    base_run = aliased(Run)
+    base_commit = aliased(Commit)
+    q = (
+        select(
+            Regression.id,
+            Regression.kind,
+            Regression.state,
+            Regression.ratio,
+            Regression.ratio_ci_low,
+            Regression.ratio_ci_high,
+            Regression.p_value,
+            Regression.detail,
+            Regression.created,
+            Regression.run_id,
+            Regression.case_id,
+            func.coalesce(Regression.baseline_run_id, Run.baseline_run_id).label("baseline_run_id"),
+            Case.suite,
+            Case.kernel,
+            Case.backend,
+            Case.label,
+            Case.params,
+            Run.repository_id,
+            Repository.name.label("repository"),
+            Repository.source.label("source"),
+            Run.device_class,
+            Commit.sha,
+            Commit.message,
+            func.coalesce(base_commit.sha, Run.baseline_sha).label("baseline_sha"),
+        )
+        .join(Run, Regression.run_id == Run.id)
+        .join(Repository, Run.repository_id == Repository.id)
+        .join(Case, Regression.case_id == Case.id)
+        .outerjoin(Commit, Run.commit_id == Commit.id)
+        .outerjoin(
+            base_run,
+            base_run.id == func.coalesce(Regression.baseline_run_id, Run.baseline_run_id),
+        )
+        .outerjoin(base_commit, base_run.commit_id == base_commit.id)
+        .order_by(Regression.created.desc(), Regression.id.desc())
+        .limit(limit)
+    )
+    if states:
+        q = q.where(Regression.state.in_(list(states)))
+    if repository_id is not None:
+        q = q.where(Run.repository_id == repository_id)
+    return _frame(engine, q)
+
+
+def triage_events(engine: Engine, regression_ids: Sequence[int]) -> pd.DataFrame:
+    """Audit trail of the given regressions, oldest first."""
+    q = (
+        select(
+            TriageEvent.regression_id,
+            TriageEvent.created,
+            TriageEvent.who,
+            TriageEvent.action,
+            TriageEvent.from_state,
+            TriageEvent.to_state,
+            TriageEvent.note,
+        )
+        .where(TriageEvent.regression_id.in_(list(regression_ids)))
+        .order_by(TriageEvent.created, TriageEvent.id)
+    )
+    return _frame(engine, q)
+
+
+# --------------------------------------------------------------------------- fleet
+
+
+def workers(engine: Engine) -> pd.DataFrame:
+    """Workers seen in runs: runs done, last activity, what they run now."""
+    running = func.sum(sql_case((Run.status == "running", 1), else_=0))
+    q = (
+        select(
+            Run.worker,
+            func.count().label("runs"),
+            running.label("running"),
+            func.max(Run.started).label("last_started"),
+            func.max(Run.finished).label("last_finished"),
+            func.min(Run.device_class).label("device_class"),
+        )
+        .where(Run.worker.is_not(None))
+        .group_by(Run.worker)
+    )
+    df = _frame(engine, q)
+    for col in ("last_started", "last_finished"):
+        df[col] = pd.to_datetime(df[col], utc=True)
+    if df.empty:
+        df["last_activity"] = pd.Series(dtype="datetime64[ns, UTC]")
+        return df
+    df["last_activity"] = df[["last_started", "last_finished"]].max(axis=1)
+    return df.sort_values("last_activity", ascending=False).reset_index(drop=True)
+
+
+def running_runs(engine: Engine) -> pd.DataFrame:
+    return runs(engine, statuses=("running",), limit=1000)
+
+
+def heartbeats(engine: Engine) -> pd.DataFrame | None:
+    """Rows of a worker heartbeat table if another part has created one, else None."""
+    names = set(inspect(engine).get_table_names())
+    table = next((t for t in HEARTBEAT_TABLES if t in names), None)
+    if table is None:
+        return None
+    with engine.connect() as conn:
+        # The table name comes from the fixed list above, never from input.
+        result = conn.execute(text(f'SELECT * FROM "{table}" LIMIT 500'))
+        return pd.DataFrame.from_records([tuple(r) for r in result], columns=list(result.keys()))

@@ -1,0 +1,102 @@
+"""GPU behaviour of the timer, the probe and the first suite (run on the H200)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelwatch.kernels.peaks import probe
+from kernelwatch.kernels.timing import TimerConfig, measure
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gemm_timed_with_events_cold_l2_warm_clocks_and_telemetry() -> None:
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    m = measure(lambda i: i[0] @ i[1], (a, b), TimerConfig(budget_s=1.0))
+    t = m.timing
+    assert t.timer == "cuda_event" and t.cold_l2 and not t.cuda_graph
+    assert t.n == len(t.samples) >= 20
+    assert t.stop_reason in ("converged", "budget")
+    assert 50e-6 < t.median < 2e-3  # ~0.2 ms on an H100/H200
+    assert m.telemetry["nvml"] and m.telemetry["steady_sm_mhz"] > 1000
+    assert m.reliable
+    flops = 2 * 4096**3 / t.median / 1e12
+    assert flops > 300, f"bf16 GEMM at {flops:.0f} TFLOP/s: clocks not warm?"
+
+
+def test_launch_bound_kernel_uses_a_cuda_graph_with_rotating_inputs() -> None:
+    x = torch.randn(64 * 1024, device="cuda")
+    y = torch.randn(64 * 1024, device="cuda")
+    m = measure(lambda i: i[0] + i[1], (x, y), TimerConfig(budget_s=0.5))
+    t = m.timing
+    assert t.cuda_graph and t.calls_per_sample > 100
+    assert t.median < 20e-6
+    assert t.cold_l2
+
+
+def test_warm_l2_is_an_option() -> None:
+    x = torch.randn(2 * 1024 * 1024, device="cuda")  # 8 MB in, 8 MB out: fits the 60 MB L2
+    y = torch.empty_like(x)
+
+    def call(i: torch.Tensor) -> None:
+        torch.mul(i, 2, out=y)
+
+    cold = measure(call, x, TimerConfig(budget_s=0.5, cuda_graph=False)).timing
+    warm = measure(call, x, TimerConfig(budget_s=0.5, cuda_graph=False, cold_l2=False)).timing
+    assert cold.cold_l2 and not warm.cold_l2
+    assert warm.median < 0.9 * cold.median  # inputs served from L2 when warm
+
+
+def test_peak_probe_measures_plausible_ceilings() -> None:
+    peaks = probe(torch.device("cuda"), repeats=5)
+    assert 1000 < peaks["copy_gbps"] < 10000
+    assert 200 < peaks["bf16_tflops"] < 2500
+
+
+def test_bench_runs_the_first_suite_natively(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.kernels.runner", "--out", str(out), "--budget", "0.3"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["kernel"] for r in recs} == {"softmax", "rmsnorm", "matmul", "attention"}
+    for r in recs:
+        assert r["status"] == "pass", (r["kernel"], r["params"], r["error"])
+        assert r["environment"]["triton_interpret"] is False
+        assert r["timing"]["timer"] == "cuda_event"
+        assert r["throughput"]["pct_of_peak"] is not None
+    assert recs[0]["device"]["peaks"]["copy_gbps"] > 1000
+
+
+def test_paired_mode_across_two_processes_on_the_gpu() -> None:
+    from kernelwatch.kernels.benchcases import cycles_per_second
+    from kernelwatch.kernels.paired import PairedConfig, Side, compare
+
+    factory = "kernelwatch.kernels.benchcases:gemm"
+    params = {"m": 4096, "n": 4096, "k": 4096}
+    extra = int(0.05 * 200e-6 * cycles_per_second())  # ~+5 % of a ~0.2 ms GEMM
+    a, b = Side("A"), Side("B")
+    try:
+        cfg = PairedConfig(min_effect=0.01, budget_s=4)
+        slow = compare(
+            a, b, factory, {**params, "extra_cycles": 0}, {**params, "extra_cycles": extra}, cfg
+        )
+        assert slow.verdict == "regression", slow
+        same = compare(a, b, factory, params, params, cfg)
+        assert same.verdict in ("unchanged", "inconclusive"), same
+        assert 0.99 < same.ratio < 1.01
+    finally:
+        a.close()
+        b.close()

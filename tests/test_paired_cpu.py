@@ -1,0 +1,42 @@
+"""The paired A/B protocol on the CPU: two real side processes, ABBA blocks, a verdict."""
+
+import math
+
+from kernelwatch.kernels.paired import PairedConfig, Side, compare, judge
+
+FACTORY = "kernelwatch.kernels.benchcases:cpu_matmul"
+
+
+def test_judge_verdicts_from_log_ratios() -> None:
+    cfg = PairedConfig(min_effect=0.01, confidence=0.99)
+    slow = [math.log(1.05) + d for d in (0.001, -0.001, 0.002, -0.002, 0.0, 0.001)]
+    assert judge(slow, cfg)[3] == "regression"
+    same = [d for d in (0.001, -0.001, 0.002, -0.002, 0.0, 0.001)]
+    assert judge(same, cfg)[3] == "unchanged"
+    fast = [-x for x in slow]
+    assert judge(fast, cfg)[3] == "improvement"
+    noisy = [0.05, -0.05, 0.04, -0.03]
+    assert judge(noisy, cfg)[3] == "inconclusive"
+
+
+def test_two_processes_detect_double_work_and_accept_identical_work() -> None:
+    a, b = Side("A"), Side("B")
+    try:
+        cfg = PairedConfig(min_effect=0.05, budget_s=10, block_s=0.01)
+        slow = compare(
+            a, b, FACTORY, {"n": 96}, {"n": 96, "extra_rows": 96}, cfg, timer={"min_warmup_s": 0.02}
+        )
+        assert slow.verdict == "regression", slow
+        assert 1.5 < slow.ratio < 2.6
+        assert slow.ci_low <= slow.ratio <= slow.ci_high
+        # CPU timing of 20 us calls between two processes carries a few % of bias
+        # (caches, scheduling); the protocol must not turn that into a 15 % alarm.
+        cfg_aa = PairedConfig(min_effect=0.15, budget_s=10, block_s=0.01)
+        same = compare(a, b, FACTORY, {"n": 96}, {"n": 96}, cfg_aa,
+                       timer={"min_warmup_s": 0.02})
+        assert same.verdict in ("unchanged", "inconclusive"), same
+        assert same.groups >= cfg.groups_min
+        assert 0.85 < same.ratio < 1.15
+    finally:
+        a.close()
+        b.close()
