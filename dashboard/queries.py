@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, Executable, func, inspect, select, text
+from sqlalchemy import Engine, Executable, func, inspect, select
 from sqlalchemy import case as sql_case
 from sqlalchemy.orm import aliased
 
+from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import Case, Commit, Regression, Repository, Result, Run
 from kernelwatch.db.triage import TriageEvent
 
@@ -26,8 +27,7 @@ from kernelwatch.db.triage import TriageEvent
 RUN_LIMIT = 200
 # Cases offered in the trend and roofline selectors come from this many recent runs.
 RECENT_RUNS_FOR_CASES = 50
-# Tables another part may add for worker heartbeats (the fleet view shows them if present).
-HEARTBEAT_TABLES = ("worker_heartbeats", "heartbeats", "workers")
+HEARTBEAT_TABLES = ("worker_heartbeats",)
 
 TIME_COLUMNS = ("created", "started", "finished", "committed_at", "last_activity")
 FLOAT_COLUMNS = (
@@ -498,12 +498,27 @@ def running_runs(engine: Engine) -> pd.DataFrame:
 
 
 def heartbeats(engine: Engine) -> pd.DataFrame | None:
-    """Rows of a worker heartbeat table if another part has created one, else None."""
-    names = set(inspect(engine).get_table_names())
-    table = next((t for t in HEARTBEAT_TABLES if t in names), None)
-    if table is None:
+    """Worker heartbeats (kernelwatch.db.fleet), newest first; None before migration 0003."""
+    if "worker_heartbeats" not in set(inspect(engine).get_table_names()):
         return None
+    hb = WorkerHeartbeat
+    q = (
+        select(
+            hb.name,
+            hb.host,
+            hb.device_class,
+            hb.gpu_name,
+            hb.gpu_uuid,
+            hb.state,
+            hb.current_run_id,
+            hb.sm_mhz,
+            hb.last_seen,
+            hb.started,
+            hb.stopped,
+        )
+        .order_by(hb.last_seen.desc())
+        .limit(500)
+    )
     with engine.connect() as conn:
-        # The table name comes from the fixed list above, never from input.
-        result = conn.execute(text(f'SELECT * FROM "{table}" LIMIT 500'))
+        result = conn.execute(q)
         return pd.DataFrame.from_records([tuple(r) for r in result], columns=list(result.keys()))

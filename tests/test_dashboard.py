@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
@@ -432,14 +433,33 @@ def test_bootstrap_interval_covers_the_true_ratio() -> None:
 
 
 def test_fleet_shows_workers_queue_and_running_runs(db: tuple[str, History]) -> None:
-    _, h = db
+    url, h = db
     at = open_page("fleet")
-    queue, workers, running = frames(at)
+    assert "The heartbeat table is empty." in texts(at)
+    assert len(frames(at)) == 3
+    from kernelwatch.db.fleet import beat
+
+    with _engine(url) as engine, Session(engine) as session:
+        beat(
+            session,
+            "gpu-h200-02@node7",
+            host="node7",
+            device_class="h200",
+            gpu_name="NVIDIA H200",
+            state="busy",
+            current_run_id=h.running_run_id,
+            sm_mhz=1980,
+        )
+        session.commit()
+    st.cache_data.clear()
+    at = open_page("fleet")
+    queue, workers, running, beats = frames(at)
     assert queue.loc["gpu.h200", "queued"] == 1 and queue.loc["gpu.h200", "running"] == 1
     assert list(workers["worker"]) == ["gpu-h200-02@node7", "gpu-h100-01@node3"]
     assert list(workers["running now"]) == [1, 0]
     assert list(running["open"]) == [f"?page=run&run={h.running_run_id}"]
-    assert "No worker heartbeat table" in texts(at)
+    assert list(beats["name"]) == ["gpu-h200-02@node7"]
+    assert list(beats["state"]) == ["busy"] and list(beats["sm_mhz"]) == [1980]
 
 
 def test_roofline_draws_points_and_ceilings(db: tuple[str, History]) -> None:
@@ -468,7 +488,7 @@ def test_queries_on_the_history(db: tuple[str, History]) -> None:
         assert queries.resolve_run(engine, "zzzz") is None
         assert len(queries.cases_for(engine, h.repository_id, "h100")) == 7
         state = queries.schema_state(engine)
-        assert state == {"core": True, "triage": True, "heartbeats": False}
+        assert state == {"core": True, "triage": True, "heartbeats": True}
 
 
 @pytest.mark.postgres

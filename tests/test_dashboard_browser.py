@@ -164,7 +164,7 @@ CASES = {
         "page=compare&a={run2}&b={run3}",
         ["Compare", "Ratio over the shape grid", "regression"],
     ),
-    "fleet": ("page=fleet", ["Fleet", "Queue depth", "No worker heartbeat table"]),
+    "fleet": ("page=fleet", ["Fleet", "Queue depth", "Heartbeats"]),
     "roofline": ("page=roofline&run={run3}", ["Roofline", "989 TFLOP/s"]),
 }
 
