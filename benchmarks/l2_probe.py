@@ -30,7 +30,7 @@ rows = []
 for mb in (2, 8, 24, 64):
     x = torch.randn(mb * 2**20 // 4, device="cuda")
     y = torch.empty_like(x)
-    fn = lambda x=x, y=y: torch.mul(x, 2, out=y)  # noqa: E731
+    fn = lambda x=x, y=y: torch.mul(x, 2, out=y)
     for _ in range(50):
         fn()
     row = {
@@ -42,4 +42,5 @@ for mb in (2, 8, 24, 64):
     }
     rows.append(row)
     print(json.dumps(row), flush=True)
-json.dump({"l2_bytes": L2, "rows": rows}, open(sys.argv[1], "w"), indent=1)
+with open(sys.argv[1], "w") as fh:
+    json.dump({"l2_bytes": L2, "rows": rows}, fh, indent=1)

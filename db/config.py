@@ -34,6 +34,18 @@ class Settings(BaseSettings):
     suite_timeout_s: float = 1800.0
     case_timeout_s: float = 600.0
     install_timeout_s: float = 1800.0
+    # Fleet behaviour (kernelwatch.worker.fleetconfig; None: its defaults).
+    visibility_timeout_s: float | None = None
+    heartbeat_s: float | None = None
+    lease_stale_s: float | None = None
+    restore_interval_s: float | None = None
+    time_limit_s: float | None = None
+    soft_time_limit_s: float | None = None
+    health_command: str = ""
+    health_recheck_s: float | None = None
+    db_patience_s: float | None = None
+    # Server-side git submodule mirrors for offline GPU hosts ("orig=mirror,...").
+    submodule_mirrors: str = ""
     # Default regression threshold (relative slowdown) and confidence.
     regression_threshold: float = 0.05
     confidence: float = 0.99

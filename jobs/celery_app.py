@@ -9,6 +9,8 @@ writes are idempotent, so a second delivery cannot duplicate anything.
 
 from __future__ import annotations
 
+import sys
+
 from celery import Celery
 
 from kernelwatch.db.config import Settings, get_settings
@@ -61,12 +63,57 @@ def make_celery(settings: Settings | None = None) -> Celery:
     elif url.startswith("redis"):
         app.conf.broker_transport_options = {
             # Re-deliver an unacked message this long after its worker vanished.
-            "visibility_timeout": int(settings.suite_timeout_s) + 600,
+            "visibility_timeout": int(
+                settings.visibility_timeout_s
+                or settings.install_timeout_s + settings.suite_timeout_s + 1500
+            ),
             "queue_order_strategy": "priority",
         }
     return app
 
 
+def worker_argv(
+    queues: str,
+    *,
+    concurrency: int = 1,
+    name: str | None = None,
+    loglevel: str = "INFO",
+    quiet: bool = False,
+) -> list[str]:
+    """The command line of one real Celery worker process serving ``queues``.
+
+    ``quiet`` drops gossip, mingle and heartbeats: for a single short-lived worker
+    (the demo, tests) they only add start-up time and broker chatter.
+    """
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "kernelwatch.worker.app",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "--prefetch-multiplier",
+        "1",
+        "--loglevel",
+        loglevel,
+    ]
+    if name:
+        argv += ["-n", name]
+    if quiet:
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return argv
+
+
 def enqueue_run(app: Celery, run_id: int, queue: str, trigger: str = "manual") -> None:
     """Send a run to its device-class queue; call only after the run row is committed."""
-    app.send_task(EXECUTE_RUN, args=[run_id], queue=queue, priority=PRIORITY.get(trigger, 5))
+    app.send_task(
+        EXECUTE_RUN,
+        args=[run_id],
+        queue=queue,
+        priority=PRIORITY.get(trigger, 5),
+        task_id=f"kw-run-{run_id}",  # addressable by revoke and Flower (jobs/cancel.py)
+    )

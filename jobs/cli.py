@@ -154,27 +154,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.celery_app import worker_argv
     from kernelwatch.jobs.gpuinfo import local_device_class, queue_for
 
+    if args.per_gpu:  # one pinned worker process per visible GPU, supervised
+        sup = [sys.executable, "-m", "kernelwatch.worker.fleet_cli", "--loglevel", args.loglevel]
+        sup += ["--queues", args.queues] if args.queues else []
+        sup += ["--name", args.name] if args.name else []
+        os.execv(sys.executable, sup)
     queues = args.queues or queue_for(local_device_class())
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "kernelwatch.worker.app",
-        "worker",
-        "-Q",
-        queues,
-        "-c",
-        str(args.concurrency),
-        "--prefetch-multiplier",
-        "1",
-        "--loglevel",
-        args.loglevel,
-    ]
-    if args.name:
-        argv += ["-n", args.name]
+    argv = worker_argv(queues, concurrency=args.concurrency, name=args.name, loglevel=args.loglevel)
     os.execv(sys.executable, argv)
     return 0  # pragma: no cover
 
@@ -206,6 +195,57 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.doctor import run_checks
 
     return run_checks(json_out=args.json)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.api.server import serve
+
+    serve(
+        _settings(),
+        args.host,
+        args.port,
+        max_body_bytes=args.max_body_bytes,
+        reporter_interval_s=None if args.no_reporter else args.reporter_interval,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.gate import gate
+
+    if args.timeout <= 0:
+        print("kernelwatch gate: --timeout must be positive", file=sys.stderr)
+        return 2
+    if not all(c in "0123456789abcdef" for c in args.sha.lower()) or not 7 <= len(args.sha) <= 40:
+        print("kernelwatch gate: --sha must be 7 to 40 hex digits", file=sys.stderr)
+        return 2
+    settings = _settings()
+    return gate(
+        _factory(),
+        args.repo,
+        args.sha.lower(),
+        wait=args.wait,
+        timeout_s=args.timeout,
+        poll_s=args.poll,
+        dashboard_url=settings.dashboard_url,
+        as_json=args.json,
+    )
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.detect import detect_json
+
+    try:
+        payload = json.loads(sys.stdin.read())
+        if args.batch and not (isinstance(payload, dict) and "series" in payload):
+            raise ValueError('--batch expects {"series": [{"id", "values"}, ...]}')
+        result = detect_json(payload)
+    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+        print(f"kernelwatch detect: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
 
 
 # --------------------------------------------------------------------------- parser
@@ -251,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="Celery worker(s)")
     w.add_argument("--queues", help="comma-separated queues (default: this machine's class)")
     w.add_argument("--concurrency", type=int, default=1)
+    w.add_argument(
+        "--per-gpu",
+        action="store_true",
+        help="one worker process per visible GPU (CUDA_VISIBLE_DEVICES pinned)",
+    )
     w.add_argument("--name")
     w.add_argument("--loglevel", default="INFO")
     w.set_defaults(func=cmd_worker)
@@ -269,6 +314,34 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="check database, broker, GPU, compiler, versions")
     doc.add_argument("--json", action="store_true")
     doc.set_defaults(func=cmd_doctor)
+
+    api = sub.add_parser("api", help="webhook + REST API (OpenAPI at /openapi.json)")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--max-body-bytes", type=int, default=5 * 1024 * 1024)
+    api.add_argument(
+        "--reporter-interval", type=float, default=2.0, help="seconds between status passes"
+    )
+    api.add_argument(
+        "--no-reporter", action="store_true", help="do not send statuses from this process"
+    )
+    api.add_argument("--log-level", default="info")
+    api.set_defaults(func=cmd_api)
+
+    g = sub.add_parser("gate", help="exit 0 pass, 1 regression or broken, 2 error or timeout")
+    g.add_argument("--repo", required=True, help="owner/name, repository name or source")
+    g.add_argument("--sha", required=True, help="commit (full sha or a 7+ character prefix)")
+    g.add_argument("--wait", action="store_true", help="block until every run is judged")
+    g.add_argument("--timeout", type=float, default=3600, help="seconds to wait at most")
+    g.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_gate)
+
+    det = sub.add_parser("detect", help="change points of a series (stdin JSON -> stdout JSON)")
+    det.add_argument(
+        "--batch", action="store_true", help='stdin is {"series": [{"id", "values"}, ...]}'
+    )
+    det.set_defaults(func=cmd_detect)
     return p
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
-from kernelwatch.jobs.celery_app import make_celery
+from kernelwatch.jobs.celery_app import make_celery, worker_argv
 from kernelwatch.jobs.gitrepo import git
 from kernelwatch.jobs.planning import RunRequest, plan
 from kernelwatch.jobs.report import run_summary
@@ -120,25 +119,7 @@ def start_worker(
     for key, value in settings.model_dump().items():
         if value is not None:
             env[f"KW_{key.upper()}"] = str(value)
-    argv = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "kernelwatch.worker.app",
-        "worker",
-        "-Q",
-        queue,
-        "-c",
-        "1",
-        "-n",
-        f"{name}-{os.getpid()}@%h",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-        "--loglevel",
-        "WARNING",
-    ]
+    argv = worker_argv(queue, name=f"{name}-{os.getpid()}@%h", loglevel="WARNING", quiet=True)
     with open(settings.data_dir / f"{name}-worker.log", "ab") as log:
         return subprocess.Popen(
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -157,6 +157,15 @@ class Mirror:
         out = self._git("rev-list", "--reverse", "--first-parent", f"{a_sha}..{b_sha}")
         return [line for line in out.split() if line]
 
+    def merge_base(self, a: str, b: str) -> str | None:
+        """The best common ancestor of two revisions (a PR's baseline), None if unrelated."""
+        a_sha, b_sha = self.resolve(a), self.resolve(b)
+        try:
+            out = self._git("merge-base", a_sha, b_sha)
+        except subprocess.CalledProcessError:
+            return None  # exit 1: no common ancestor
+        return out.strip() or None
+
     def info(self, sha: str) -> CommitInfo:
         fmt = "%H%x00%P%x00%an%x00%ct%x00%B"
         out = self._git("show", "-s", f"--format={fmt}", "--end-of-options", sha)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Commit, Repository, Run
 from kernelwatch.db.store import get_or_create_repository, latest_run_for, upsert_commit
+from kernelwatch.jobs import dedup
 from kernelwatch.jobs.celery_app import enqueue_run
 from kernelwatch.jobs.errors import KernelwatchError
 from kernelwatch.jobs.gitrepo import Mirror, repository_name
@@ -94,6 +95,14 @@ def plan(
             if sha in seen:
                 continue
             seen.add(sha)
+            joined = dedup.find_joinable(
+                session, repo.id, sha, req.suites, req.device_class, req.options, baselines[sha]
+            )
+            if joined is not None:  # the same measurement is already queued or running
+                if dedup.join(joined, req.trigger):
+                    to_enqueue.append((joined.id, joined.queue))
+                planned.append(PlannedRun(joined.id, sha, joined.status))
+                continue
             run = _new_run(session, repo, sha, baselines[sha], req)
             planned.append(PlannedRun(run.id, sha, run.status))
             to_enqueue.append((run.id, run.queue))

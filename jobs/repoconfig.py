@@ -78,7 +78,7 @@ def _build(data: dict[str, Any], default_recipe: str) -> RepoConfig:
     command = inst.get("command", [])
     if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
         raise ValueError("install.command must be a list of strings (an argv, not a shell line)")
-    if recipe == "command" and not command:
+    if recipe == "command" and not command and not inst.get("commands"):
         raise ValueError("install.recipe = 'command' needs install.command")
     env = inst.get("env", {})
     if not isinstance(env, dict):

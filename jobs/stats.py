@@ -59,7 +59,11 @@ def mann_whitney_p(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> tu
 
 
 def bootstrap_ratio_ci(
-    base: npt.NDArray[np.float64], cand: npt.NDArray[np.float64], level: float, n_boot: int = 2000, seed: int = 0
+    base: npt.NDArray[np.float64],
+    cand: npt.NDArray[np.float64],
+    level: float,
+    n_boot: int = 2000,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of median(cand) / median(base)."""
     rng = np.random.default_rng(seed)

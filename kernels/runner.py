@@ -22,9 +22,11 @@ from typing import Any, TextIO
 
 import torch
 
+from kernelwatch.kernels.adapters import Unavailable
 from kernelwatch.kernels.correctness import check, poison_
 from kernelwatch.kernels.device import describe_device, describe_environment
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
+from kernelwatch.kernels.plugins import resolve_impl
 from kernelwatch.kernels.record import ResultRecord, Throughput, case_id
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names
 from kernelwatch.kernels.timing import TimerConfig, measure
@@ -41,9 +43,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", default=None, help="backend label (default: the impl module)")
     p.add_argument(
         "--size",
-        choices=["smoke", "full"],
         default=None,
-        help="shape grid; default smoke on CPU, full on GPU",
+        help="shape grid (smoke, quick, full; suites may define more); "
+        "default smoke on CPU, full on GPU",
     )
     p.add_argument("--device", default=None, help="cpu or cuda[:N]; default cuda if available")
     p.add_argument("--kernel", action="append", default=None, help="only these kernels")
@@ -78,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         min_samples=20 if device.type == "cuda" else 10,
     )
     library = json.loads(args.library)
+    impl = resolve_impl(args.impl)
     backend = args.backend or args.impl
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     try:
@@ -95,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{CASE_MARKER} {cid} {spec.kernel} {json.dumps(spec.params, sort_keys=True)}"
                 )
                 print(marker, file=sys.stderr, flush=True)
-                record = run_case(spec, suite, cid, backend, args.impl, device, config)
+                record = run_case(spec, suite, cid, backend, impl, device, config)
                 if record.throughput is not None and peaks:
                     pct, bound = pct_of_peak(
                         record.throughput.tflops,
@@ -156,6 +159,9 @@ def run_case(
         record.device = dict(m.telemetry)
         record.throughput = throughput(spec.flops, spec.bytes, m.timing.median)
         record.status = "pass"
+    except Unavailable as exc:  # library or device missing for this case: a skip, with why
+        record.status = "skip"
+        record.error = str(exc)
     except Exception as exc:  # a kernel that raises is a recorded error, not a crash
         record.status = "error"
         record.error = f"{type(exc).__name__}: {exc}"

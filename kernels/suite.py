@@ -42,6 +42,10 @@ SuiteBuilder = Callable[[str, torch.device], list[CaseSpec]]
 
 _SUITES: dict[str, str] = {
     "basic": "kernelwatch.kernels.suites.basic:build",
+    "noop": "kernelwatch.kernels.suites.noop:build",
+    "prefill": "kernelwatch.kernels.suites.prefill:build",
+    "decode": "kernelwatch.kernels.suites.decode:build",
+    "gemm": "kernelwatch.kernels.suites.gemm:build",
 }
 
 
@@ -50,13 +54,20 @@ def register_suite(name: str, target: str) -> None:
     _SUITES[name] = target
 
 
+def all_suites() -> dict[str, str]:
+    """Built-in suites plus those other packages register (``kernels/plugins.py``)."""
+    from kernelwatch.kernels.plugins import plugin_suites
+
+    return {**plugin_suites(_SUITES), **_SUITES}
+
+
 def suite_names() -> list[str]:
-    return sorted(_SUITES)
+    return sorted(all_suites())
 
 
 def load_suite(name: str, size: str, device: torch.device) -> list[CaseSpec]:
     try:
-        target = _SUITES[name]
+        target = all_suites()[name]
     except KeyError:
         raise KeyError(f"unknown suite {name!r}; known: {', '.join(suite_names())}") from None
     module_name, func = target.split(":")

@@ -32,8 +32,7 @@ def test_two_processes_detect_double_work_and_accept_identical_work() -> None:
         # CPU timing of 20 us calls between two processes carries a few % of bias
         # (caches, scheduling); the protocol must not turn that into a 15 % alarm.
         cfg_aa = PairedConfig(min_effect=0.15, budget_s=10, block_s=0.01)
-        same = compare(a, b, FACTORY, {"n": 96}, {"n": 96}, cfg_aa,
-                       timer={"min_warmup_s": 0.02})
+        same = compare(a, b, FACTORY, {"n": 96}, {"n": 96}, cfg_aa, timer={"min_warmup_s": 0.02})
         assert same.verdict in ("unchanged", "inconclusive"), same
         assert same.groups >= cfg.groups_min
         assert 0.85 < same.ratio < 1.15

@@ -2,7 +2,10 @@
 
 Tasks are thin: they take a run id and call the executor. Infrastructure errors
 (database or broker unreachable) are retried with backoff; kernel failures are
-results and never retried.
+results and never retried. A run another live worker holds (a redelivered
+message) is retried after the lease would have gone stale; a cancelled run ends
+quietly; a run past the task's soft time limit is recorded as ``error``.
+Heartbeats, health checks and the run lease live in ``worker/heartbeat.py``.
 """
 
 from __future__ import annotations
@@ -10,16 +13,22 @@ from __future__ import annotations
 import socket
 
 from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.session import session_factory
 from kernelwatch.jobs.celery_app import EXECUTE_RUN, make_celery
 from kernelwatch.jobs.errors import InfrastructureError
-from kernelwatch.worker.executor import execute
+from kernelwatch.worker import fleetconfig
+from kernelwatch.worker.executor import abandon, execute
+from kernelwatch.worker.heartbeat import Heartbeats, RunCancelled, RunLeased, kill_children
 
 settings = get_settings()
+fleet = fleetconfig.FleetConfig.from_settings(settings)
 app = make_celery(settings)
+fleetconfig.configure(app, fleet)
+heartbeats = Heartbeats(app, settings, fleet).install()
 
 
 @app.task(  # type: ignore[untyped-decorator]
@@ -33,4 +42,18 @@ app = make_celery(settings)
 )
 def execute_run(self: Task, run_id: int) -> str:
     hostname = getattr(self.request, "hostname", None) or socket.gethostname()
-    return execute(session_factory(), settings, run_id, worker=hostname)
+    try:
+        return execute(session_factory(), settings, run_id, worker=hostname, fleet=fleet)
+    except RunLeased as exc:
+        # Not a failure: check again once the holder's lease would have gone stale.
+        raise self.retry(exc=exc, countdown=fleet.lease_stale_s, max_retries=100_000) from exc
+    except RunCancelled:
+        return "cancelled"
+    except SoftTimeLimitExceeded:
+        kill_children()
+        return abandon(
+            session_factory(),
+            settings,
+            run_id,
+            f"task exceeded its time limit of {fleet.soft_time_limit_s:.0f} s",
+        )

@@ -9,14 +9,24 @@ environment → suite runner → results → analysis. Outcomes:
 
 Infrastructure trouble (database, broker) propagates as an exception so the task
 can retry; everything about the code under test ends as a recorded outcome.
+
+Delivery is at-least-once, so this is written to be run twice: a run another live
+worker holds raises ``RunLeased`` (``worker/heartbeat.py``); a run taken over from
+a dead worker skips the cases already stored; result writes wait out a database
+outage of up to ``db_patience_s`` (the measurements are kept, not repeated) and a
+result stored concurrently by another delivery is not an error; a run cancelled
+meanwhile stays cancelled.
 """
 
 from __future__ import annotations
 
 import socket
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
@@ -32,6 +42,8 @@ from kernelwatch.jobs.errors import (
 )
 from kernelwatch.jobs.gitrepo import Mirror
 from kernelwatch.worker import environment
+from kernelwatch.worker.fleetconfig import FleetConfig
+from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
 
@@ -41,15 +53,23 @@ def worker_name() -> str:
 
 
 def execute(
-    factory: sessionmaker[Session], settings: Settings, run_id: int, worker: str | None = None
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: int,
+    worker: str | None = None,
+    fleet: FleetConfig | None = None,
 ) -> str:
     """Run ``run_id`` to a final state and return that state."""
+    fleet = fleet or FleetConfig.from_settings(settings)
     with factory() as session, session.begin():
-        run = session.get(Run, run_id)
+        run = session.get(Run, run_id, with_for_update=True)
         if run is None:
             return "missing"
         if run.status in FINAL_STATES:
             return run.status  # a re-delivered message for a finished run
+        holder = lease_holder(session, run, worker or worker_name(), fleet.lease_stale_s)
+        if holder is not None:
+            raise RunLeased(f"run {run_id} is being measured by {holder}")
         run.status = "running"
         run.started = datetime.now(UTC)
         run.worker = worker or worker_name()
@@ -95,14 +115,20 @@ def execute(
         )
         already = _stored(factory, run_id)
         req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
-        outcome = run_suite(req, on_record=lambda rec: _store(factory, run_id, rec))
-        return _finish(
-            factory,
-            settings,
-            run_id,
-            "succeeded" if not outcome.aborted else "error",
-            outcome.aborted,
-            runner_log=outcome.log,
+        patience = fleet.db_patience_s
+        outcome = run_suite(
+            req, on_record=lambda rec: _patiently(patience, lambda: _store(factory, run_id, rec))
+        )
+        return _patiently(
+            patience,
+            lambda: _finish(
+                factory,
+                settings,
+                run_id,
+                "succeeded" if not outcome.aborted else "error",
+                outcome.aborted,
+                runner_log=outcome.log,
+            ),
         )
     except InstallError as exc:
         return _finish(factory, settings, run_id, "failed", str(exc), build_log=exc.log)
@@ -118,11 +144,37 @@ def _stored(factory: sessionmaker[Session], run_id: int) -> set[str]:
         return stored_case_ids(session, run_id)
 
 
+T = TypeVar("T")
+
+
+def _patiently(patience_s: float, write: Callable[[], T]) -> T:
+    """``write()``, retried with backoff while the database is unreachable, up to
+    ``patience_s``; then the error propagates and the task's own retry takes over."""
+    deadline = time.monotonic() + patience_s
+    delay = 1.0
+    while True:
+        try:
+            return write()
+        except OperationalError:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 15.0)
+
+
 def _store(factory: sessionmaker[Session], run_id: int, record: dict[str, Any]) -> None:
-    with factory() as session, session.begin():
-        run = session.get(Run, run_id)
-        assert run is not None
-        store_record(session, run, record)
+    for attempt in range(3):
+        try:
+            with factory() as session, session.begin():
+                run = session.get(Run, run_id)
+                assert run is not None
+                store_record(session, run, record)
+            return
+        except IntegrityError:
+            # Another delivery stored this result, or another run this new case, in
+            # between our check and our insert: look again in a fresh transaction.
+            if attempt == 2:
+                raise
 
 
 def _note_config(
@@ -165,6 +217,8 @@ def _finish(
     with factory() as session, session.begin():
         run = session.get(Run, run_id)
         assert run is not None
+        if run.status == "cancelled":
+            return run.status  # cancelled while we measured: the results stay, the state too
         run.status = status
         run.error = error
         run.finished = datetime.now(UTC)
@@ -174,3 +228,8 @@ def _finish(
             run.options = {**run.options, "runner_log_tail": runner_log[-20_000:]}
         analyze_ready(session, run, settings)
     return status
+
+
+def abandon(factory: sessionmaker[Session], settings: Settings, run_id: int, reason: str) -> str:
+    """End a run that cannot finish (e.g. past the task's time limit) as ``error``."""
+    return _patiently(30.0, lambda: _finish(factory, settings, run_id, "error", reason))

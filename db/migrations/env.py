@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import pool
 
-from kernelwatch.db import fleet, triage  # noqa: F401  (tables outside models.py)
+from kernelwatch.db import fleet, github, triage  # noqa: F401  (tables outside models.py)
 from kernelwatch.db.models import Base
 from kernelwatch.db.session import make_engine
 

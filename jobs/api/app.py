@@ -1,0 +1,92 @@
+"""The FastAPI application: ``create_app`` wires settings, database, broker and GitHub.
+
+Everything the routes need is built here and handed over explicitly (no globals), so
+tests build an app around a real database, a real broker and a loopback GitHub.
+The reporter loop (:class:`~kernelwatch.jobs.reporting.ReporterThread`) runs inside
+the application's lifespan unless ``reporter_interval_s`` is None.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from celery import Celery
+from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+
+from kernelwatch.db.config import Settings
+from kernelwatch.jobs.api import rest, webhook
+from kernelwatch.jobs.api.context import ApiContext
+from kernelwatch.jobs.api.metrics import Metrics
+from kernelwatch.jobs.github import GitHubClient
+from kernelwatch.jobs.reporting import Reporter, ReporterThread
+from kernelwatch.jobs.watched import Secrets, WatchedRepo, repos_from_env
+from kernelwatch.jobs.webhooks import WebhookHandler
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 5 * 1024 * 1024  # GitHub caps payloads at 25 MB; pushes stay far below
+
+
+def create_app(
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+    celery_app: Celery | None,
+    github_client: GitHubClient | None,
+    *,
+    repos: Mapping[str, WatchedRepo] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    reporter_interval_s: float | None = 2.0,
+) -> FastAPI:
+    """The API. ``repos``: watched repositories (default: the ``KW_REPOS_FILE`` file)."""
+    watched = dict(repos) if repos is not None else repos_from_env()
+    secrets = Secrets.of(watched, settings.webhook_secret)
+    if not secrets.candidates():
+        log.warning("no webhook secret configured: every delivery will be refused (401)")
+    reporter = Reporter(session_factory, settings, github_client)
+    ctx = ApiContext(
+        settings=settings,
+        factory=session_factory,
+        celery=celery_app,
+        github=github_client,
+        repos=watched,
+        secrets=secrets,
+        reporter=reporter,
+        handler=WebhookHandler(session_factory, settings, celery_app, watched, reporter),
+        metrics=Metrics(session_factory, settings),
+        max_body_bytes=max_body_bytes,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        thread = None
+        if reporter_interval_s is not None:
+            thread = ReporterThread(reporter, reporter_interval_s)
+            thread.start()
+        try:
+            yield
+        finally:
+            if thread is not None:
+                thread.stop()
+
+    app = FastAPI(
+        title="kernelwatch",
+        version=_version(),
+        description="CI for GPU kernel libraries: GitHub webhooks in, verdicts out.",
+        lifespan=lifespan,
+    )
+    app.state.kw = ctx
+    app.include_router(webhook.router)
+    app.include_router(rest.router)
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelwatch")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -1,0 +1,160 @@
+"""Read-only REST API: health, metrics, runs with their cases, verdicts of a commit."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy import func, select, text
+
+from kernelwatch.db.models import Commit, Run
+from kernelwatch.jobs.api.context import ApiContext, context
+from kernelwatch.jobs.api.schemas import (
+    ClassVerdictOut,
+    ErrorResponse,
+    Health,
+    MovedCaseOut,
+    RunBrief,
+    RunDetail,
+    RunList,
+    VerdictOut,
+)
+from kernelwatch.jobs.report import run_summary
+from kernelwatch.jobs.verdicts import commit_verdict, repository_ids, runs_of_commit
+
+router = APIRouter()
+
+Ctx = Annotated[ApiContext, Depends(context)]
+SHA_PATTERN = r"^[0-9a-f]{7,40}$"
+MAX_INT = 2**31 - 1
+# db.models.RUN_STATES, spelt out for the OpenAPI enum
+RunState = Literal["queued", "running", "succeeded", "failed", "error", "cancelled"]
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+def healthz(ctx: Ctx) -> Any:
+    try:
+        with ctx.factory() as session:
+            session.execute(text("SELECT 1"))
+        db = "ok"
+    except Exception as exc:  # reported, not raised: a probe wants an answer
+        db = f"error: {type(exc).__name__}"
+    body = Health(status="ok" if db == "ok" else "degraded", database=db, version=_version())
+    if db != "ok":
+        return Response(body.model_dump_json(), status_code=503, media_type="application/json")
+    return body
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def metrics(ctx: Ctx) -> Response:
+    return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _brief(run: Run) -> RunBrief:
+    return RunBrief(
+        id=run.id,
+        repository=run.repository.name,
+        commit=run.commit.sha if run.commit else None,
+        status=run.status,
+        verdict=run.verdict,
+        trigger=run.trigger,
+        device_class=run.device_class,
+        baseline=run.baseline_sha,
+        baseline_run=run.baseline_run_id,
+        created=run.created.isoformat() if run.created else None,
+        finished=run.finished.isoformat() if run.finished else None,
+    )
+
+
+@router.get("/api/v1/runs", response_model=RunList)
+def list_runs(
+    ctx: Ctx,
+    repo: Annotated[str | None, Query(max_length=255)] = None,
+    sha: Annotated[str | None, Query(pattern=SHA_PATTERN)] = None,
+    status: RunState | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+) -> RunList:
+    with ctx.factory() as session:
+        q = select(Run)
+        if repo is not None:
+            q = q.where(Run.repository_id.in_(repository_ids(session, repo)))
+        if sha is not None:
+            q = q.join(Commit, Run.commit_id == Commit.id).where(Commit.sha.startswith(sha))
+        if status is not None:
+            q = q.where(Run.status == status)
+        total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+        runs = session.scalars(q.order_by(Run.id.desc()).limit(limit).offset(offset)).all()
+        return RunList(runs=[_brief(r) for r in runs], total=total)
+
+
+@router.get(
+    "/api/v1/runs/{run_id}", response_model=RunDetail, responses={404: {"model": ErrorResponse}}
+)
+def get_run(ctx: Ctx, run_id: int) -> RunDetail:
+    if not 0 < run_id <= MAX_INT:
+        raise HTTPException(404, f"no run {run_id}")
+    with ctx.factory() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            raise HTTPException(404, f"no run {run_id}")
+        summary = run_summary(session, run)
+    summary["error"] = summary["error"] or ""
+    for case in summary["cases"]:
+        case["error"] = case["error"] or ""
+    return RunDetail.model_validate(summary)
+
+
+@router.get(
+    "/api/v1/verdicts", response_model=VerdictOut, responses={404: {"model": ErrorResponse}}
+)
+def get_verdict(
+    ctx: Ctx,
+    repo: Annotated[str, Query(min_length=1, max_length=255)],
+    sha: Annotated[str, Query(pattern=SHA_PATTERN)],
+) -> VerdictOut:
+    with ctx.factory() as session:
+        ids = repository_ids(session, repo)
+        if not ids:
+            raise HTTPException(404, f"no repository {repo!r}")
+        runs = runs_of_commit(session, ids, sha)
+        full = runs[0].commit.sha if runs and runs[0].commit else sha
+        verdict = commit_verdict(session, repo, full, runs)
+    base = ctx.settings.dashboard_url.rstrip("/")
+    return VerdictOut(
+        repository=verdict.repository,
+        sha=verdict.sha,
+        verdict=verdict.overall,
+        classes=[
+            ClassVerdictOut(
+                device_class=c.device_class,
+                state=c.state,
+                description=c.description,
+                run_id=c.run_id,
+                baseline_sha=c.baseline_sha,
+                baseline_run_id=c.baseline_run_id,
+                target_url=base + c.dashboard_path,
+                counts=c.counts,
+                moved=[MovedCaseOut(**m.__dict__) for m in c.moved],
+            )
+            for c in verdict.classes
+        ],
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelwatch")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__all__ = ["router"]

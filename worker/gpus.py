@@ -1,0 +1,134 @@
+"""The GPUs of this host as ``nvidia-smi`` reports them: identity, clocks, memory, throttling.
+
+One query serves three callers: the per-GPU launcher (which GPUs, which class
+each), heartbeats (GPU name, UUID, driver, current SM clock) and the health check
+(memory in use, temperature, throttle reasons). ``nvidia-smi`` is used rather
+than torch or NVML so that no CUDA context is ever created in a worker process:
+measurements happen in the suite subprocess, never here.
+
+``CUDA_VISIBLE_DEVICES`` is honoured (indices or UUIDs, in its order), so a worker
+pinned to one GPU sees exactly that GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from kernelwatch.jobs.gpuinfo import visible_rows
+from kernelwatch.kernels.device import device_class
+
+FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "driver_version",
+    "clocks.sm",
+    "clocks.max.sm",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "clocks_throttle_reasons.active",
+)
+
+# nvmlClocksThrottleReasons bits that mean the GPU is not in a state to measure.
+THROTTLE_BITS = {
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU. Numbers are None where the driver reports ``[N/A]``."""
+
+    index: str
+    uuid: str
+    name: str
+    driver: str = ""
+    sm_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    temperature_c: int | None = None
+    throttle_mask: int = 0
+
+    @property
+    def device_class(self) -> str:
+        return device_class(self.name)
+
+    @property
+    def throttle_reasons(self) -> list[str]:
+        return [name for bit, name in THROTTLE_BITS.items() if self.throttle_mask & bit]
+
+
+def parse(csv_text: str) -> list[Gpu]:
+    """Rows of ``nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits``."""
+    gpus = []
+    for line in csv_text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        parts += [""] * (len(FIELDS) - len(parts))
+        gpus.append(
+            Gpu(
+                index=parts[0],
+                uuid=parts[1],
+                name=parts[2],
+                driver=parts[3],
+                sm_mhz=_int(parts[4]),
+                max_sm_mhz=_int(parts[5]),
+                memory_used_mib=_int(parts[6]),
+                memory_total_mib=_int(parts[7]),
+                temperature_c=_int(parts[8]),
+                throttle_mask=_int(parts[9], base=16) or 0,
+            )
+        )
+    return gpus
+
+
+def query(visible: str | None = None, timeout_s: float = 20) -> list[Gpu]:
+    """The GPUs this process may use; [] without ``nvidia-smi`` or when it fails.
+
+    ``visible`` defaults to this process's ``CUDA_VISIBLE_DEVICES``.
+    """
+    if shutil.which("nvidia-smi") is None:
+        return []
+    # A driver that does not know an optional field fails the whole query: fall back
+    # to the identity fields, so a GPU host is never taken for a CPU host.
+    for fields in (FIELDS, FIELDS[:4]):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=True,
+            ).stdout
+            break
+        except (subprocess.SubprocessError, OSError):
+            continue
+    else:
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    return select_visible(parse(out), visible)
+
+
+def select_visible(found: list[Gpu], visible: str | None) -> list[Gpu]:
+    """The GPUs ``CUDA_VISIBLE_DEVICES=visible`` selects, in its order (None: all)."""
+    if visible is None:
+        return found
+    by_index = {g.index: g for g in found}
+    rows = visible_rows([[g.index, g.uuid, g.name] for g in found], visible)
+    return [by_index[r[0]] for r in rows]
+
+
+def _int(text: str, base: int = 10) -> int | None:
+    try:
+        return int(float(text)) if base == 10 else int(text, base)
+    except ValueError:
+        return None

@@ -1,0 +1,526 @@
+"""A size-limited cache of environments: released versions and from-source builds.
+
+Why: installing ``flashinfer-python==0.5.3`` or building FlashAttention-3 at a
+commit takes from seconds to an hour, and the result only depends on *what*
+was installed and *with which toolchain*. So each environment is built once
+per key — (spec, where it came from, recipe, toolchain fingerprint) — and
+reused until the cache outgrows its size limit, oldest use first.
+
+- **Versions**: ``pip install --no-deps --only-binary=:all: --target DIR`` of
+  ``name==version`` (plus named companion packages, e.g. FlashInfer's
+  ``apache-tvm-ffi``), from ``--index-url`` and/or a ``--find-links``
+  wheelhouse. torch and triton come from the worker's interpreter, never pip.
+- **Commits**: the checkout is materialised inside the entry, submodules are
+  fetched through the configured mirrors, and the recipe's commands run there
+  with the recipe's environment (``MAX_JOBS``, ``TORCH_CUDA_ARCH_LIST``,
+  ``FLASH_ATTENTION_DISABLE_*``) through the sandbox's allow-list, under the
+  build timeout. When ``ccache`` exists, nvcc runs through it with a cache
+  shared by all entries (``CCACHE_BASEDIR`` makes paths of different entries
+  hit), so a nearby commit rebuilds fast. The build log is kept in ``logs/``.
+- **Toolchain fingerprint**: Python, torch (with its CUDA tag), CUDA and the
+  driver. A new driver or torch makes new entries; old ones age out.
+- **Trust**: an entry is used only if its marker (written last) is present and
+  the file listing still matches the one recorded; a failed, partial or
+  tampered entry is deleted and rebuilt, never used.
+- **Concurrency**: one lock file per entry (exclusive while building, shared
+  while a run uses it) and one for eviction, which skips entries in use.
+
+Run as ``python -m kernelwatch.worker.venvs`` (``venvs_cli.py``) it installs or
+builds one entry and prints it as JSON: GPU host scripts use it without Celery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kernelwatch.jobs.errors import InstallError
+from kernelwatch.jobs.libspec import CommitSpec, VersionSpec, normalize_name
+from kernelwatch.jobs.recipes import BuildRecipe
+from kernelwatch.worker import submodules
+from kernelwatch.worker.process import run_logged
+from kernelwatch.worker.sandbox import clean_env
+
+MARKER = ".kw-env.json"
+LAST_USED = ".kw-last-used"
+DEFAULT_MAX_BYTES = 200 * 2**30
+_IGNORED = {MARKER, LAST_USED}
+
+
+# --------------------------------------------------------------------------- toolchain
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What a built environment depends on besides its own sources."""
+
+    python: str
+    torch: str
+    cuda: str
+    driver: str
+
+    def fingerprint(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+_PROBE = (
+    "import json, platform\n"
+    "info = {'python': platform.python_implementation() + ' ' + platform.python_version()}\n"
+    "try:\n"
+    "    import torch\n"
+    "    info['torch'] = torch.__version__\n"
+    "    info['cuda'] = torch.version.cuda or 'none'\n"
+    "except Exception:\n"
+    "    info['torch'] = info['cuda'] = 'none'\n"
+    "print(json.dumps(info))\n"
+)
+
+
+@functools.cache
+def probe_toolchain(python: str = sys.executable) -> Toolchain:
+    """Ask ``python`` for its versions (a subprocess: it may be another interpreter)."""
+    out = subprocess.run(
+        [python, "-c", _PROBE], capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    info = json.loads(out.strip().splitlines()[-1])
+    return Toolchain(info["python"], info["torch"], info["cuda"], driver_version())
+
+
+def driver_version() -> str:
+    """The NVIDIA driver version, or ``none`` on a machine without one."""
+    proc_file = Path("/proc/driver/nvidia/version")
+    if proc_file.exists():
+        m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", proc_file.read_text())
+        if m:
+            return m.group(1)
+    if shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+            if out.strip():
+                return out.strip().splitlines()[0]
+    return "none"
+
+
+# --------------------------------------------------------------------------- entries
+
+
+@dataclass(frozen=True)
+class Env:
+    """A ready environment: run the suite with ``python`` and ``pythonpath``."""
+
+    key: str
+    path: Path
+    python: str
+    pythonpath: tuple[str, ...]
+    cached: bool
+    seconds: float
+    log: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "path": str(self.path),
+            "python": self.python,
+            "pythonpath": list(self.pythonpath),
+            "cached": self.cached,
+            "seconds": round(self.seconds, 2),
+            **self.meta,
+        }
+
+
+Builder = Callable[[Path], tuple[str, tuple[str, ...]]]  # dest -> (log, pythonpath)
+
+
+class EnvCache:
+    """Environments under ``root``: ``entries/``, ``locks/``, ``logs/``, ``ccache/``."""
+
+    def __init__(
+        self,
+        root: Path,
+        toolchain: Toolchain,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        python: str = sys.executable,
+    ) -> None:
+        self.root = root
+        self.toolchain = toolchain
+        self.max_bytes = max_bytes
+        self.python = python
+        for sub in ("entries", "locks", "logs"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- public API -----------------------------------------------------------------
+
+    def version_env(
+        self,
+        spec: VersionSpec,
+        *,
+        index_url: str | None = None,
+        find_links: str | None = None,
+        companions: Sequence[VersionSpec] = (),
+        timeout: float = 900.0,
+    ) -> Env:
+        """The environment of a released version (installed now, or from the cache)."""
+        material = {
+            "kind": "version",
+            "spec": spec.key,
+            "wheel": _file_digest(spec.wheel) if spec.wheel else None,
+            "with": sorted(c.key for c in companions),
+            "index_url": index_url,
+            "find_links": find_links,
+        }
+
+        def build(dest: Path) -> tuple[str, tuple[str, ...]]:
+            site = dest / "site"
+            argv = [self.python, "-m", "pip", "install", "--no-deps", "--no-input"]
+            argv += ["--disable-pip-version-check", "--no-cache-dir", "--only-binary=:all:"]
+            argv += ["--target", str(site)]
+            if index_url:
+                argv += ["--index-url", index_url]
+            elif find_links:
+                argv += ["--no-index"]
+            if find_links:
+                argv += ["--find-links", find_links]
+            argv += [spec.requirement, *(c.requirement for c in companions)]
+            log = _run(argv, dest, {}, timeout)
+            found = installed_versions(site)
+            if found.get(spec.name) != spec.version:
+                raise InstallError(
+                    f"pip did not install {spec.key} (found {found.get(spec.name)!r})", log
+                )
+            return log, (str(site),)
+
+        return self._ensure(material, build)
+
+    def commit_env(
+        self,
+        spec: CommitSpec,
+        recipe: BuildRecipe,
+        materialize: Callable[[Path], object],
+        *,
+        mirrors: Mapping[str, str] | None = None,
+        timeout: float = 3600.0,
+        use_ccache: bool = True,
+        offline: bool = False,
+    ) -> Env:
+        """The environment of a commit built with ``recipe`` (a profile already chosen).
+
+        ``materialize(dest)`` puts the commit's sources at ``dest`` (the executor
+        passes ``lambda d: mirror.worktree(sha, d)``). ``offline`` makes the build
+        fail fast instead of reaching for the network (git only over ``file``,
+        pip without an index): a build script that tries to download on an
+        air-gapped host would otherwise hang until its timeout.
+        """
+        material = {
+            "kind": "commit",
+            "spec": spec.key,
+            "recipe": recipe.fingerprint(),
+            "profile": recipe.profile,
+        }
+
+        def build(dest: Path) -> tuple[str, tuple[str, ...]]:
+            src = dest / "src"
+            materialize(src)
+            log = ""
+            if recipe.submodules:
+                log += submodules.update(src, recipe.submodules, mirrors)
+            env = dict(recipe.env)
+            if use_ccache:
+                env.update(ccache_env(self.root, env))
+            if offline:
+                env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
+            deadline = time.monotonic() + (recipe.timeout_s or timeout)
+            if recipe.recipe == "pip":
+                site = dest / "site"
+                argv = [self.python, "-m", "pip", "install", "--no-deps"]
+                argv += ["--no-build-isolation", "--disable-pip-version-check", "--no-input"]
+                argv += ["--target", str(site), str(src / recipe.subdirectory)]
+                log += _run(argv, src, env, _left(deadline))
+                return log, (str(site),)
+            for argv in recipe.argv(self.python):
+                log += _run(argv, src / recipe.cwd, env, _left(deadline))
+            paths = recipe.pythonpath or ("",)
+            return log, tuple(str(src / p) if p else str(src) for p in paths)
+
+        return self._ensure(material, build)
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        """Keep entry ``key`` from eviction while a run uses it (shared lock)."""
+        with _locked(self._lock(key), fcntl.LOCK_SH):
+            yield
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every complete entry's marker, with its last use (for ``kernelwatch doctor``)."""
+        out = []
+        for d in sorted((self.root / "entries").iterdir()):
+            meta = _read_marker(d)
+            if meta is not None:
+                meta["last_used"] = _last_used(d)
+                out.append(meta)
+        return out
+
+    def evict(self, keep: frozenset[str] | set[str] = frozenset()) -> list[str]:
+        """Delete least recently used entries until the cache fits; return their keys."""
+        removed: list[str] = []
+        with _locked(self.root / "locks" / "cache.lock", fcntl.LOCK_EX):
+            dirs = [d for d in (self.root / "entries").iterdir() if d.is_dir()]
+            sizes = {d: _entry_size(d) for d in dirs}
+            total = sum(sizes.values())
+            for d in sorted(dirs, key=_last_used):
+                if total <= self.max_bytes:
+                    break
+                if d.name in keep:
+                    continue
+                with _try_locked(self._lock(d.name)) as got:
+                    if not got:
+                        continue  # in use or being built
+                    shutil.rmtree(d, ignore_errors=True)
+                total -= sizes[d]
+                removed.append(d.name)
+        return removed
+
+    # -- internals ------------------------------------------------------------------
+
+    def key(self, material: dict[str, Any]) -> str:
+        full = {**material, "toolchain": self.toolchain.fingerprint()}
+        digest = hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:20]
+        label = re.sub(r"[^A-Za-z0-9_.=-]+", "_", str(material.get("spec", "env")))[-40:]
+        return f"{label}-{digest}"
+
+    def _lock(self, key: str) -> Path:
+        return self.root / "locks" / f"{key}.lock"
+
+    def _ensure(self, material: dict[str, Any], build: Builder) -> Env:
+        key = self.key(material)
+        dest = self.root / "entries" / key
+        start = time.monotonic()
+        with _locked(self._lock(key), fcntl.LOCK_EX):
+            meta = _read_marker(dest)
+            if meta is not None and meta.get("listing") == _listing(dest):
+                _touch(dest)
+                return self._env(key, dest, meta, True, start)
+            if dest.exists():  # partial, failed or tampered: rebuilt, never trusted
+                shutil.rmtree(dest, ignore_errors=True)
+            dest.mkdir(parents=True)
+            log_path = self.root / "logs" / f"{key}.log"
+            try:
+                log, pythonpath = build(dest)
+            except InstallError as exc:
+                log_path.write_text(exc.log, encoding="utf-8")
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
+            except Exception as exc:
+                log_path.write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
+                shutil.rmtree(dest, ignore_errors=True)
+                raise InstallError(f"building {material.get('spec')} failed: {exc}") from exc
+            log_path.write_text(log, encoding="utf-8")
+            meta = {
+                **material,
+                "key": key,
+                "toolchain": asdict(self.toolchain),
+                "pythonpath": list(pythonpath),
+                "created": time.time(),
+                "build_s": round(time.monotonic() - start, 2),
+                "log": str(log_path),
+                "size": _tree_size(dest),
+                "listing": _listing(dest),
+            }
+            _write_marker(dest, meta)
+            _touch(dest)
+        self.evict(keep={key})
+        return self._env(key, dest, meta, False, start, log)
+
+    def _env(
+        self, key: str, dest: Path, meta: dict[str, Any], cached: bool, start: float, log: str = ""
+    ) -> Env:
+        pythonpath = tuple(meta.get("pythonpath", ()))
+        summary: dict[str, Any] = {
+            k: meta[k] for k in ("spec", "kind", "profile", "log") if k in meta
+        }
+        return Env(
+            key, dest, self.python, pythonpath, cached, time.monotonic() - start, log, summary
+        )
+
+
+def installed_versions(site: Path) -> dict[str, str]:
+    """``{normalized name: version}`` of the distributions pip put into ``site``."""
+    found: dict[str, str] = {}
+    if not site.is_dir():
+        return found
+    for meta in site.glob("*.dist-info/METADATA"):
+        fields: dict[str, str] = {}
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                break
+            name, sep, value = line.partition(":")
+            if sep and name in ("Name", "Version"):
+                fields[name] = value.strip()
+        if "Name" in fields and "Version" in fields:
+            found[normalize_name(fields["Name"])] = fields["Version"]
+    return found
+
+
+def ccache_env(root: Path, recipe_env: Mapping[str, str]) -> dict[str, str]:
+    """Variables that route nvcc through ccache, when ccache is installed.
+
+    ``PYTORCH_NVCC`` is how torch's extension builder (and FA3's copy of it)
+    picks the CUDA compiler; ``CCACHE_BASEDIR`` rewrites absolute paths under the
+    cache root so the same file in two entries hashes alike.
+    """
+    ccache = shutil.which("ccache")
+    if not ccache:
+        return {}
+    env = {
+        "CCACHE_DIR": str(root / "ccache"),
+        "CCACHE_BASEDIR": str(root / "entries"),
+        "CCACHE_NOHASHDIR": "true",
+        "CCACHE_COMPILERCHECK": "content",
+    }
+    nvcc = _nvcc()
+    if nvcc and "PYTORCH_NVCC" not in recipe_env:
+        env["PYTORCH_NVCC"] = f"{ccache} {nvcc}"
+    return env
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidates = [Path(home) / "bin" / "nvcc"] if home else []
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    for c in candidates:
+        if c.exists():
+            return str(c)
+    return shutil.which("nvcc")
+
+
+def _run(argv: list[str], cwd: Path, env_extra: Mapping[str, str], timeout: float) -> str:
+    env = clean_env(env_extra)
+    env["PIP_NO_INPUT"] = "1"
+    header = "$ " + " ".join(argv) + "\n"
+    if timeout <= 0:
+        raise InstallError("build timed out before this step", header)
+    code, log, timed_out = run_logged(argv, cwd=cwd, env=env, timeout=timeout)
+    if timed_out:
+        raise InstallError(f"build step timed out after {timeout:.0f}s", header + log)
+    if code != 0:
+        raise InstallError(f"build step failed with exit code {code}: {argv[:3]}", header + log)
+    return header + log
+
+
+def _left(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _walk(root: Path) -> Iterator[tuple[str, int]]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if rel in _IGNORED or name.endswith(".pyc") or path.is_symlink():
+                continue
+            yield rel, path.stat().st_size
+
+
+def _listing(root: Path) -> str:
+    """Digest of (path, size) of every file: what a complete entry must still hold."""
+    if not root.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for rel, size in _walk(root):
+        h.update(f"{rel}\0{size}\n".encode())
+    return h.hexdigest()
+
+
+def _tree_size(root: Path) -> int:
+    return sum(size for _, size in _walk(root))
+
+
+def _entry_size(d: Path) -> int:
+    meta = _read_marker(d)
+    if meta is not None and isinstance(meta.get("size"), int):
+        return int(meta["size"])
+    return _tree_size(d)
+
+
+def _read_marker(d: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((d / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_marker(d: Path, meta: dict[str, Any]) -> None:
+    tmp = d / f"{MARKER}.tmp"
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(d / MARKER)
+
+
+def _touch(d: Path) -> None:
+    (d / LAST_USED).write_text(str(time.time()), encoding="utf-8")
+
+
+def _last_used(d: Path) -> float:
+    try:
+        return float((d / LAST_USED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0.0
+
+
+@contextlib.contextmanager
+def _locked(path: Path, mode: int) -> Iterator[IO[str]]:
+    with open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, mode)
+        try:
+            yield fh
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _try_locked(path: Path) -> Iterator[bool]:
+    with open(path, "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+if __name__ == "__main__":
+    from kernelwatch.worker.venvs_cli import main
+
+    raise SystemExit(main())
