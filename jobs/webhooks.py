@@ -505,6 +505,9 @@ class WebhookHandler:
     ) -> None:
         with self.factory() as session, session.begin():
             for p in planned:
+                # A request that joined an existing run (jobs/dedup.py) is linked already.
+                if session.scalar(select(RunLink.id).where(RunLink.run_id == p.id)) is not None:
+                    continue
                 session.add(
                     RunLink(
                         run_id=p.id,
