@@ -60,16 +60,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.demo import wait_for_runs
     from kernelwatch.jobs.errors import KernelwatchError
     from kernelwatch.jobs.gpuinfo import local_device_class
-    from kernelwatch.jobs.planning import RunRequest, plan
+    from kernelwatch.jobs.planning import RunRequest, plan, plan_versions
 
-    if not args.commit and not args.range:
-        print("kernelwatch run: give --commit REV (repeatable) or --range A..B", file=sys.stderr)
+    if not args.commit and not args.range and not args.version:
+        print(
+            "kernelwatch run: give --commit REV (repeatable), --range A..B or --version SPEC",
+            file=sys.stderr,
+        )
         return 2
     settings = _settings()
     factory = _factory()
     options: dict[str, object] = {}
     if args.suite:
         options["suites_explicit"] = True
+    for key in ("impl", "index_url", "find_links"):
+        if getattr(args, key):
+            options[key] = getattr(args, key)
     req = RunRequest(
         source=args.source,
         commits=args.commit or [],
@@ -80,9 +86,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         trigger="manual",
         measure_baseline=not args.no_baseline_run,
         options=options,
+        versions=args.version or [],
     )
     try:
-        planned = plan(factory, settings, make_celery(settings), req)
+        planner = plan_versions if req.versions else plan
+        planned = planner(factory, settings, make_celery(settings), req)
     except KernelwatchError as exc:
         if args.json:
             print(json.dumps({"runs": [], "error": str(exc)}))
@@ -266,7 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("source", help="repository URL or local path")
     r.add_argument("--commit", action="append", help="revision to measure (repeatable)")
     r.add_argument("--range", help="A..B: every commit after A up to B (A measured as baseline)")
-    r.add_argument("--baseline", help="compare against this revision instead of first parents")
+    r.add_argument("--baseline", help="compare against this revision (or version) instead")
+    r.add_argument(
+        "--version",
+        action="append",
+        help="released version name==x.y (repeatable; compared in order)",
+    )
+    r.add_argument("--index-url", help="package index for --version (http(s):// or file://)")
+    r.add_argument("--find-links", help="local wheelhouse directory for --version")
+    r.add_argument("--impl", help="module with the kernels under test (for --version runs)")
     r.add_argument("--suite", action="append", help="suite (repeatable); default from the repo")
     r.add_argument("--device-class", help="GPU class to run on (default: this machine's)")
     r.add_argument(

@@ -7,6 +7,7 @@ run for a baseline that has none, commits, and only then enqueues.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Commit, Repository, Run
 from kernelwatch.db.store import get_or_create_repository, latest_run_for, upsert_commit
-from kernelwatch.jobs import dedup
+from kernelwatch.jobs import dedup, libspec
 from kernelwatch.jobs.celery_app import enqueue_run
 from kernelwatch.jobs.errors import KernelwatchError
 from kernelwatch.jobs.gitrepo import Mirror, repository_name
@@ -34,6 +35,9 @@ class RunRequest:
     trigger: str = "manual"
     measure_baseline: bool = True
     options: dict[str, Any] = field(default_factory=dict)
+    # Released versions (``name==version``), compared in the order given, exactly as
+    # commits are: each version's baseline is the one before it (or ``baseline``).
+    versions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -110,6 +114,51 @@ def plan(
         for run_id, queue in to_enqueue:
             enqueue_run(app, run_id, queue, req.trigger)
     return planned
+
+
+def plan_versions(
+    factory: sessionmaker[Session], settings: Settings, app: Celery | None, req: RunRequest
+) -> list[PlannedRun]:
+    """Runs for released versions of a library; each version is stored as a pseudo-commit
+    (``version:name==x.y``) whose parent is the previous version, so trends, baselines and
+    the dashboard treat a version history like a commit history."""
+    try:
+        specs = [libspec.parse_version_spec(v) for v in req.versions]
+        baseline = libspec.parse_version_spec(req.baseline) if req.baseline else None
+        libspec.parse_index(req.options.get("index_url"), req.options.get("find_links"))
+    except KernelwatchError as exc:
+        _record_error(factory, req, str(exc))
+        raise
+    name = specs[0].name if specs else req.source
+    planned: list[PlannedRun] = []
+    to_enqueue: list[tuple[int, str]] = []
+    with factory() as session, session.begin():
+        repo = get_or_create_repository(session, name, f"package:{name}")
+        previous = version_sha(baseline.key) if baseline else None
+        order = ([baseline] if baseline else []) + specs
+        for spec in order:
+            sha = version_sha(spec.key)
+            upsert_commit(session, repo, sha, [previous] if previous else [], spec.key)
+            is_base = spec is baseline
+            existing = latest_run_for(session, repo.id, sha, req.device_class, req.suites)
+            if is_base and existing is not None and existing.status not in ("error", "failed"):
+                previous = sha
+                continue
+            run = _new_run(session, repo, sha, None if is_base else previous, req)
+            run.version_spec = spec.key
+            planned.append(PlannedRun(run.id, sha, run.status, is_baseline=is_base))
+            to_enqueue.append((run.id, run.queue))
+            previous = sha
+    if app is not None:
+        for run_id, queue in to_enqueue:
+            enqueue_run(app, run_id, queue, req.trigger)
+    return planned
+
+
+def version_sha(key: str) -> str:
+    """The pseudo-commit id of a released version (fits the 64-character sha column)."""
+    text = f"version:{key}"
+    return text if len(text) <= 64 else "version:" + hashlib.sha256(key.encode()).hexdigest()[:56]
 
 
 def _new_run(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import subprocess
+import zipfile
 from pathlib import Path
 
 
@@ -83,3 +86,33 @@ def library_files(name: str, init: str, recipe: str = "pip") -> dict[str, str]:
         ".kernelwatch.toml": KERNELWATCH_TOML.format(name=name, recipe=recipe),
         "pyproject.toml": PYPROJECT.format(name=name),
     }
+
+
+def make_wheel(
+    house: Path, name: str, version: str, payload: int = 0, init: str | None = None
+) -> Path:
+    """A minimal pure-Python wheel, written by hand (no build backend, no network).
+
+    ``init``: the package's ``__init__.py`` (default: a version marker and ``payload`` bytes).
+    """
+    house.mkdir(parents=True, exist_ok=True)
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": init
+        if init is not None
+        else f"VERSION = {version!r}\nBLOB = {'x' * payload!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: kw-test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
+    whl = house / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return whl

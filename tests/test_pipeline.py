@@ -24,9 +24,9 @@ from kernelwatch.db.store import get_or_create_repository, upsert_commit
 from kernelwatch.jobs.celery_app import enqueue_run, make_celery
 from kernelwatch.jobs.demo import start_worker, wait_for_runs
 from kernelwatch.jobs.errors import CommitNotFound, SourceError
-from kernelwatch.jobs.planning import RunRequest, plan
+from kernelwatch.jobs.planning import RunRequest, plan, plan_versions
 from tests.conftest import run_cli
-from tests.helpers import BAD_KERNELS, library_files, make_repo
+from tests.helpers import BAD_KERNELS, library_files, make_repo, make_wheel
 
 GOOD_INIT = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
 
@@ -176,3 +176,62 @@ def test_bad_cli_input_exits_2_with_message(env: Env, tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "not a git repository" in proc.stderr
     assert os.environ.get("KW_DATABASE_URL") is None
+
+
+BROKEN_SOFTMAX_INIT = (
+    "from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention\n"
+    "from kernelwatch.kernels.triton_kernels import softmax as _softmax\n"
+    "def softmax(x, out):\n"
+    "    _softmax(x, out)\n"
+    "    out.mul_(1.5)  # 0.2 broke the normalisation\n"
+)
+
+
+def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -> None:
+    house = tmp_path / "wheelhouse"
+    make_wheel(house, "kwlib", "0.1", init=GOOD_INIT)
+    make_wheel(house, "kwlib", "0.2", init=BROKEN_SOFTMAX_INIT)
+    proc = run_cli(
+        "run",
+        "kwlib",
+        "--version",
+        "kwlib==0.1",
+        "--version",
+        "kwlib==0.2",
+        "--find-links",
+        str(house),
+        "--impl",
+        "kwlib",
+        "--suite",
+        "basic",
+        "--wait",
+        "--json",
+        "--timeout",
+        "300",
+        env={"KW_DATA_DIR": str(env.settings.data_dir)},
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]  # 0.2 fails the gate
+    runs = json.loads(proc.stdout)["runs"]
+    assert [r["commit"] for r in runs] == ["version:kwlib==0.1", "version:kwlib==0.2"]
+    assert [r["verdict"] for r in runs] == ["pass", "fail"]
+    with env.factory() as s:
+        second = s.get(Run, runs[1]["id"])
+        assert second is not None
+        assert second.version_spec == "kwlib==0.2"
+        assert second.baseline_sha == "version:kwlib==0.1"
+        assert second.baseline_run_id == runs[0]["id"]
+    res = env.results(runs[1]["id"])
+    assert res["softmax"].status == "fail" and res["softmax"].verdict == "broken"
+    assert res["softmax"].record["library"] == {"name": "kwlib", "version": "0.2"}
+    assert res["matmul"].status == "pass"
+
+
+def test_a_version_that_does_not_exist_fails_with_pips_reason(env: Env, tmp_path: Path) -> None:
+    house = tmp_path / "wheelhouse"
+    make_wheel(house, "kwlib", "0.1", init=GOOD_INIT)
+    req = RunRequest(source="kwlib", versions=["kwlib==9.9"], options={"find_links": str(house)})
+    (planned,) = plan_versions(env.factory, env.settings, env.app, req)
+    (run,) = env.wait([planned.id])
+    assert run.status == "failed"
+    assert "kwlib==9.9" in run.build_log or "kwlib" in run.error
+    assert run.verdict == "error"

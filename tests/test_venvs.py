@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,31 +20,9 @@ from kernelwatch.worker.venvs import (
     installed_versions,
     probe_toolchain,
 )
+from tests.helpers import make_wheel
 
 TOOLCHAIN = Toolchain("CPython 3.11.7", "2.13.0+cpu", "none", "none")
-
-
-def make_wheel(house: Path, name: str, version: str, payload: int = 0) -> Path:
-    """A minimal pure-Python wheel, written by hand (no build backend, no network)."""
-    house.mkdir(parents=True, exist_ok=True)
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"VERSION = {version!r}\nBLOB = {'x' * payload!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: kw-test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    record.append(f"{dist}/RECORD,,")
-    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
-    whl = house / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(whl, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return whl
 
 
 @pytest.fixture(scope="module")

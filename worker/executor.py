@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.store import store_record, stored_case_ids
-from kernelwatch.jobs import repoconfig
+from kernelwatch.jobs import libspec, repoconfig
 from kernelwatch.jobs.analysis import analyze_ready
 from kernelwatch.jobs.errors import (
     CommitNotFound,
@@ -41,7 +42,7 @@ from kernelwatch.jobs.errors import (
     SourceError,
 )
 from kernelwatch.jobs.gitrepo import Mirror
-from kernelwatch.worker import environment
+from kernelwatch.worker import environment, venvs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env
@@ -78,41 +79,51 @@ def execute(
         sha = run.commit.sha if run.commit else None
         suites = list(run.suites)
         run_options = dict(run.options)
+        version_spec = run.version_spec
     workdir = settings.data_dir / "work" / f"run-{run_id}"
     mirror: Mirror | None = None
     checkout = workdir / "src"
     try:
-        if sha is None:
-            raise CommitNotFound("run has no commit to measure")
-        mirror = Mirror(settings.data_dir / "mirrors", source)
-        mirror.sync()
-        if not mirror.has_commit(sha):
-            raise CommitNotFound(f"commit {sha} not found in {source}")
-        config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
-        _note_config(factory, run_id, config)
-        mirror.worktree(sha, checkout)
-        env = environment.prepare(
-            config.install, checkout, settings.data_dir / "envs", sha, settings.install_timeout_s
-        )
-        _append_log(factory, run_id, env.log)
-        library = {
-            "name": config.library_name or mirror.source.rsplit("/", 1)[-1],
-            "commit": sha,
-            "source": source,
-        }
-        req = SuiteRequest(
-            python=env.python,
-            pythonpath=env.pythonpath,
-            env=clean_env(config.install.env),
-            workdir=workdir / "suite",
-            suites=suites if run_options.get("suites_explicit") else list(config.suites),
-            impl=config.module,
-            backend=config.library_name or config.module,
-            library=library,
-            case_timeout_s=float(run_options.get("case_timeout_s", settings.case_timeout_s)),
-            suite_timeout_s=settings.suite_timeout_s,
-            extra_args=[str(a) for a in run_options.get("bench_args", [])],
-        )
+        if version_spec:
+            req = _prepare_version(
+                factory, settings, run_id, version_spec, suites, run_options, workdir
+            )
+        else:
+            if sha is None:
+                raise CommitNotFound("run has no commit to measure")
+            mirror = Mirror(settings.data_dir / "mirrors", source)
+            mirror.sync()
+            if not mirror.has_commit(sha):
+                raise CommitNotFound(f"commit {sha} not found in {source}")
+            config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
+            _note_config(factory, run_id, config)
+            mirror.worktree(sha, checkout)
+            env = environment.prepare(
+                config.install,
+                checkout,
+                settings.data_dir / "envs",
+                sha,
+                settings.install_timeout_s,
+            )
+            _append_log(factory, run_id, env.log)
+            library = {
+                "name": config.library_name or mirror.source.rsplit("/", 1)[-1],
+                "commit": sha,
+                "source": source,
+            }
+            req = SuiteRequest(
+                python=env.python,
+                pythonpath=env.pythonpath,
+                env=clean_env(config.install.env),
+                workdir=workdir / "suite",
+                suites=suites if run_options.get("suites_explicit") else list(config.suites),
+                impl=config.module,
+                backend=config.library_name or config.module,
+                library=library,
+                case_timeout_s=float(run_options.get("case_timeout_s", settings.case_timeout_s)),
+                suite_timeout_s=settings.suite_timeout_s,
+                extra_args=[str(a) for a in run_options.get("bench_args", [])],
+            )
         already = _stored(factory, run_id)
         req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
         patience = fleet.db_patience_s
@@ -137,6 +148,40 @@ def execute(
     finally:
         if mirror is not None and checkout.exists():
             mirror.remove_worktree(checkout)
+
+
+def _prepare_version(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: int,
+    version_spec: str,
+    suites: list[str],
+    options: dict[str, Any],
+    workdir: Path,
+) -> SuiteRequest:
+    """A released version: ``pip install --no-deps --target`` from an index or a
+    wheelhouse, cached per (spec, toolchain) with an LRU size limit (worker/venvs.py)."""
+    spec = libspec.parse_version_spec(version_spec)
+    index_url, find_links = libspec.parse_index(options.get("index_url"), options.get("find_links"))
+    cache = venvs.EnvCache(settings.data_dir / "venvs", venvs.probe_toolchain())
+    env = cache.version_env(
+        spec, index_url=index_url, find_links=find_links, timeout=settings.install_timeout_s
+    )
+    _append_log(factory, run_id, env.log or f"cached environment {env.path}\n")
+    impl = options.get("impl") or spec.name.replace("-", "_")
+    return SuiteRequest(
+        python=env.python,
+        pythonpath=env.pythonpath,
+        env=clean_env(),
+        workdir=workdir / "suite",
+        suites=suites,
+        impl=impl,
+        backend=spec.name,
+        library={"name": spec.name, "version": spec.version},
+        case_timeout_s=float(options.get("case_timeout_s", settings.case_timeout_s)),
+        suite_timeout_s=settings.suite_timeout_s,
+        extra_args=[str(a) for a in options.get("bench_args", [])],
+    )
 
 
 def _stored(factory: sessionmaker[Session], run_id: int) -> set[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from kernelwatch.jobs.celery_app import worker_argv
 from kernelwatch.jobs.gpuinfo import queue_for
 from kernelwatch.worker import gpus
+from kernelwatch.worker.process import die_with_parent
 
 BACKOFF_MAX_S = 60.0
 STABLE_S = 600.0
@@ -79,9 +79,7 @@ def _spec(name: str, queues: str, env: dict[str, str], loglevel: str, gpu: str =
     return WorkerSpec(name=name, queues=queues, env=env, argv=argv, gpu=gpu)
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+_die_with_parent = die_with_parent(signal.SIGTERM)
 
 
 @dataclass

@@ -6,12 +6,29 @@ everything it spawned (compilers, Triton's build workers), never the worker.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when its parent dies.
+
+    A worker killed with ``kill -9`` cannot kill its children's process groups; without
+    this the suite runner would go on holding the GPU (Linux ``PR_SET_PDEATHSIG``).
+    """
+
+    def preexec() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return preexec
 
 
 def run_logged(
@@ -20,7 +37,13 @@ def run_logged(
     """Run to completion; return (exit code, combined output tail, timed out)."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         timed_out = False
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwatch.kernels.runner import CASE_MARKER
-from kernelwatch.worker.process import describe_exit, kill_group
+from kernelwatch.worker.process import describe_exit, die_with_parent, kill_group
 
 MAX_RESTARTS = 50
 
@@ -126,6 +126,7 @@ def _one_pass(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         pos = 0
         why = ""
