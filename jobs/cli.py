@@ -219,6 +219,14 @@ def cmd_api(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kernelwatch.db.migrate import upgrade
+    from kernelwatch.jobs.serve import part_argvs, supervise
+
+    upgrade()
+    return supervise(part_argvs(args.port, args.dashboard_port, args.host, args.queues))
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.gate import gate
 
@@ -343,6 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     api.add_argument("--log-level", default="info")
     api.set_defaults(func=cmd_api)
+
+    sv = sub.add_parser("serve", help="api + worker + dashboard on one machine")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000, help="API port")
+    sv.add_argument("--dashboard-port", type=int, default=8501)
+    sv.add_argument("--queues", help="worker queues (default: this machine's class)")
+    sv.set_defaults(func=cmd_serve)
 
     g = sub.add_parser("gate", help="exit 0 pass, 1 regression or broken, 2 error or timeout")
     g.add_argument("--repo", required=True, help="owner/name, repository name or source")
