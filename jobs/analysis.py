@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.config import Settings
-from kernelwatch.db.models import FINAL_STATES, Commit, Regression, Result, Run
+from kernelwatch.db.models import FINAL_STATES, Regression, Result, Run
 from kernelwatch.db.store import latest_run_for
 from kernelwatch.jobs.stats import compare
 
@@ -136,7 +136,3 @@ def _baseline_run(session: Session, run: Run) -> Run | None:
         list(run.suites),
         exclude_id=run.id,
     )
-
-
-def commit_of(session: Session, run: Run) -> Commit | None:
-    return session.get(Commit, run.commit_id) if run.commit_id else None

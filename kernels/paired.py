@@ -33,10 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
-
 from kernelwatch.kernels import stats
-from kernelwatch.kernels.timing import Measurement, Sampler, TimerConfig, make_sampler
+from kernelwatch.kernels.timing import Sampler, TimerConfig, make_sampler
 
 # --------------------------------------------------------------------------- side process
 
@@ -166,7 +164,7 @@ def judge(log_ratios: Sequence[float], cfg: PairedConfig) -> tuple[float, float,
     n = len(log_ratios)
     mean = sum(log_ratios) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in log_ratios) / (n - 1)) if n > 1 else math.inf
-    half = _t(cfg.confidence, n - 1) * sd / math.sqrt(n) if n > 1 else math.inf
+    half = stats.t_quantile(cfg.confidence, n - 1) * sd / math.sqrt(n) if n > 1 else math.inf
     ratio, lo, hi = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
     up, down = 1 + cfg.min_effect, 1 / (1 + cfg.min_effect)
     if lo > 1 and ratio >= up:
@@ -249,19 +247,13 @@ def compare(
     )
 
 
-def _t(level: float, dof: int) -> float:
-    return stats.t_quantile(level, dof)
-
-
 __all__ = [
-    "Measurement",
     "PairedConfig",
     "PairedResult",
     "Side",
     "compare",
     "judge",
     "serve",
-    "torch",
 ]
 
 if __name__ == "__main__":

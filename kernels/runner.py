@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record.throughput.pct_of_peak, record.throughput.bound_by = pct, bound
                 record.library = library
                 record.device = {**dev_info, **record.device}
-                record.environment = env_info if env_info else describe_environment()
+                record.environment = env_info
                 out.write(record.to_json() + "\n")
                 out.flush()
     finally:

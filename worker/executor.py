@@ -92,7 +92,8 @@ def execute(
             if sha is None:
                 raise CommitNotFound("run has no commit to measure")
             mirror = Mirror(settings.data_dir / "mirrors", source)
-            mirror.sync()
+            if not mirror.has_commit(sha):  # fetch only when the mirror lacks the commit
+                mirror.sync()
             if not mirror.has_commit(sha):
                 raise CommitNotFound(f"commit {sha} not found in {source}")
             config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
