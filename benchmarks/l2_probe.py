@@ -1,4 +1,9 @@
-"""Does our L2 flush evict? Time a streaming op warm, after a write-flush and a read-flush."""
+"""Does our L2 flush evict, and is warm warm? Time a streaming op five ways.
+
+warm (nothing before the start event: the launch gap is timed too), warm_busy (a
+compute-only spin queued first, as the timer does), after a write flush, after a
+read flush, after both.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import statistics
 import sys
 
 import torch
+
+from kernelwatch.kernels.spin import iters_for, spin
 
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 buf = torch.empty(2 * L2 // 4, dtype=torch.int32, device="cuda")
@@ -26,6 +33,7 @@ def timed(fn, flush, n: int = 200) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(ts)
 
 
+busy = iters_for(50e-6)
 rows = []
 for mb in (2, 8, 24, 64):
     x = torch.randn(mb * 2**20 // 4, device="cuda")
@@ -36,6 +44,7 @@ for mb in (2, 8, 24, 64):
     row = {
         "mb": mb,
         "warm_us": timed(fn, None),
+        "warm_busy_us": timed(fn, lambda: spin(busy)),
         "zero_flush_us": timed(fn, buf.zero_),
         "read_flush_us": timed(fn, lambda: buf.sum()),
         "write_read_flush_us": timed(fn, lambda: (buf.zero_(), buf.sum())),

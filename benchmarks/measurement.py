@@ -6,8 +6,9 @@ same run (methods and kernels interleaved), and the GPU time each spent.
 
 Part 2 (``--part paired``): the gate's paired mode across two processes with
 cold L2: A/A false alarms and detection of injected +0.5/+1/+2 % slowdowns
-(extra work of known size: a spin of calibrated SM cycles after the kernel, or
-extra dependent FMAs inside a launch-bound kernel), 20+ trials each.
+(extra work of known size: a compute-only spin of calibrated length after the
+kernel, both sides launching it, or extra dependent FMAs inside a launch-bound
+kernel), 20+ trials each.
 
     python benchmarks/measurement.py --part all --out measurement.json
 """
@@ -28,8 +29,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import measurement_cases
-from kernelwatch.kernels import benchcases
+from kernelwatch.kernels import benchcases, spin
 from kernelwatch.kernels.paired import PairedConfig, Side, compare
+from kernelwatch.kernels.telemetry import Telemetry
 from kernelwatch.kernels.timing import TimerConfig, measure
 
 CV_KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -45,13 +47,13 @@ PAIRED_KERNELS: dict[str, dict[str, Any]] = {
     "bf16 GEMM 4096^3": {
         "factory": "kernelwatch.kernels.benchcases:gemm",
         "params": {"m": 4096, "n": 4096, "k": 4096},
-        "inject": "cycles",
+        "inject": "spin",
         "min_effect": 0.005,
     },
     "fp32 add 64M": {
         "factory": "kernelwatch.kernels.benchcases:add",
         "params": {"numel": 64 * 2**20},
-        "inject": "cycles",
+        "inject": "spin",
         "min_effect": 0.0025,
     },
     "add 64K launch-bound": {
@@ -59,6 +61,8 @@ PAIRED_KERNELS: dict[str, dict[str, Any]] = {
         "params": {"numel": 65536},
         "inject": "fma",
         "min_effect": 0.005,
+        # timed as CUDA graphs over rotating input copies: placement already varies
+        "placements": 2,
     },
 }
 
@@ -129,31 +133,51 @@ def part_cv(repeats: int, budget: float, only: list[str] | None) -> list[dict[st
     return rows
 
 
+def _base_params(spec: dict[str, Any]) -> dict[str, Any]:
+    """The baseline's parameters: with the common base spin when the candidate spins."""
+    return {**spec["params"], "extra_iters": 0} if spec["inject"] == "spin" else spec["params"]
+
+
 def _calibrate(name: str, spec: dict[str, Any], a: Side, b: Side) -> dict[str, Any]:
     """Per-call time of A (cold) and the extra work that adds 0.5/1/2 % of it."""
-    d = a.ask({"cmd": "setup", "factory": spec["factory"], "params": spec["params"]})
+    d = a.ask({"cmd": "setup", "factory": spec["factory"], "params": _base_params(spec)})
     vals = a.ask({"cmd": "block", "samples": max(20, int(0.2 / max(d["sample_s"], 1e-6)))})
     t_call = statistics.median(vals["values"])
     out: dict[str, Any] = {"t_call_s": t_call}
-    if spec["inject"] == "cycles":
-        cps = benchcases.cycles_per_second()
-        out["cycles_per_s"] = cps
-        out["extra"] = {p: {"extra_cycles": int(p / 100 * t_call * cps)} for p in (0.5, 1, 2)}
+    if spec["inject"] == "spin":
+        per_iter = spin.seconds_per_iter()
+        reading = Telemetry(0).read()
+        out["spin_s_per_iter"] = per_iter
+        # the spin's cycles are fixed, its seconds follow the clock: the GEMM runs
+        # power-capped below the clock of this calibration, so record both
+        out["spin_cal_mhz"] = reading.sm_mhz if reading else None
+        out["load_mhz"] = vals.get("clock")
+        out["extra"] = {p: {"extra_iters": round(p / 100 * t_call / per_iter)} for p in (0.5, 1, 2)}
     else:
-        # slope of time per extra FMA, from a long paired comparison of EXTRA=256 vs 0
+        # slope of time per extra FMA, from a long paired comparison of EXTRA=64 vs 0
         probe = compare(
             a,
             b,
             spec["factory"],
             spec["params"],
             {**spec["params"], "extra_fma": 64},
-            PairedConfig(budget_s=3, groups_min=20, min_effect=0.0),
+            PairedConfig(budget_s=3, groups_min=20, min_effect=0.0, placements=2),
         )
         per_fma = (probe.ratio - 1) / 64
         out["per_fma"] = per_fma
         # not linear at this granularity: fixed counts, the measured ratio is the size
         out["extra"] = {0.5: {"extra_fma": 1}, 1: {"extra_fma": 3}, 2: {"extra_fma": 8}}
     return out
+
+
+def _nominal_pct(cal: dict[str, Any], extra: dict[str, Any]) -> float | None:
+    """The injected work as % of a call, from the spin's measured slope (None: FMAs)."""
+    if "extra_iters" not in extra:
+        return 0.0 if not extra else None
+    pct = 100 * extra["extra_iters"] * cal["spin_s_per_iter"] / cal["t_call_s"]
+    if cal.get("spin_cal_mhz") and cal.get("load_mhz"):
+        pct *= cal["spin_cal_mhz"] / cal["load_mhz"]  # the spin at the clock under load
+    return float(pct)
 
 
 def part_paired(
@@ -167,16 +191,19 @@ def part_paired(
         try:
             cal = _calibrate(name, spec, a, b)
             print(f"{name}: calibration {json.dumps(cal)}", flush=True)
-            cfg = PairedConfig(min_effect=spec["min_effect"], budget_s=budget)
+            cfg = PairedConfig(
+                min_effect=spec["min_effect"],
+                budget_s=budget,
+                placements=spec.get("placements", PairedConfig.placements),
+            )
+            base = _base_params(spec)
             conds: dict[str, dict[str, Any]] = {"A/A": {}}
             conds.update({f"+{p}%": cal["extra"][p] for p in (0.5, 1, 2)})
             trial_log: dict[str, list[dict[str, Any]]] = {c: [] for c in conds}
             for t in range(trials):
                 for cond, extra in conds.items():
                     s = time.perf_counter()
-                    r = compare(
-                        a, b, spec["factory"], spec["params"], {**spec["params"], **extra}, cfg
-                    )
+                    r = compare(a, b, spec["factory"], base, {**base, **extra}, cfg)
                     trial_log[cond].append({**r.to_dict(), "wall_s": time.perf_counter() - s})
                 print(f"{name}: trial {t + 1}/{trials}", flush=True)
             for cond, log in trial_log.items():
@@ -202,6 +229,7 @@ def part_paired(
                         },
                         "calibration": {k: v for k, v in cal.items() if k != "extra"},
                         "extra": conds[cond],
+                        "nominal_pct": _nominal_pct(cal, conds[cond]),
                         "min_effect": spec["min_effect"],
                         "ratios": [r["ratio"] for r in log],
                     }
@@ -239,12 +267,14 @@ def main() -> int:
         out["paired"] = part_paired(args.trials, args.paired_budget, args.only, save_paired)
         path.write_text(json.dumps(out, indent=1))
         print(
-            f"\n{'kernel':<24}{'cond':<8}{'flag':>6}{'alarm':>6}{'ratio':>9}{'sd':>8}"
+            f"\n{'kernel':<24}{'cond':<8}{'nominal':>8}{'flag':>6}{'alarm':>6}{'ratio':>9}{'sd':>8}"
             f"{'blocks s':>9}{'wall s':>8}"
         )
         for r in out["paired"]:
             print(
-                f"{r['kernel']:<24}{r['condition']:<8}{r['flagged']:>3}/{r['trials']:<2}"
+                f"{r['kernel']:<24}{r['condition']:<8}"
+                f"{'' if r['nominal_pct'] is None else format(r['nominal_pct'], '.2f') + '%':>8}"
+                f"{r['flagged']:>3}/{r['trials']:<2}"
                 f"{r['alarms']:>6}{r['mean_ratio']:>9.4f}{r['sd_ratio'] * 100:>7.3f}%"
                 f"{r['mean_blocks_s']:>9.2f}{r['mean_wall_s']:>8.2f}"
             )

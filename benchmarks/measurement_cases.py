@@ -36,3 +36,18 @@ def sdpa_prefill(
         return torch.nn.functional.scaled_dot_product_attention(i[0], i[1], i[2], is_causal=causal)
 
     return call, (q, k, v)
+
+
+def flashinfer_prefill(
+    seq: int = 4096, q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128
+) -> Case:
+    import flashinfer
+
+    q = torch.randn(seq, q_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(seq, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(seq, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+
+    def call(i: Any) -> Any:
+        return flashinfer.single_prefill_with_kv_cache(i[0], i[1], i[2], causal=True)
+
+    return call, (q, k, v)

@@ -4,10 +4,13 @@ A benchmark of a regression detector needs slowdowns of known size. Resizing
 the inputs does not give that (a 1 % larger add can be 10 % slower through
 alignment, see gpu.md); adding *extra work* does:
 
-- ``gemm`` / ``add``: the kernel, then ``torch.cuda._sleep(BASE + extra)``, a spin
-  of a known number of SM cycles; the baseline spins ``BASE`` (``extra=0``) so the
-  extra launch is common to both sides and only the cycles differ (extra < 0: no
-  spin kernel at all, the plain kernel);
+- ``gemm`` / ``add``: the kernel, then ``spin(BASE + extra)`` (``kernels/spin.py``,
+  dependent FMAs on one warp, linear in its argument, no memory traffic); the
+  baseline spins ``BASE`` (``extra_iters=0``) so the extra launch is common to both
+  sides and only the iterations differ (``extra_iters < 0``: no spin kernel at
+  all, the plain kernel). Both sides of a comparison must pass ``extra_iters``:
+  a baseline without the spin kernel makes the candidate pay its launch too
+  (that mistake made the H200's "+0.5 %" injections measure +7 %);
 - ``add_launch``: a launch-bound Triton add whose every element also runs
   ``extra_fma`` dependent fused multiply-adds, unrolled (a second launch would
   cost more than the whole kernel); the time an FMA adds is not linear at this
@@ -24,18 +27,16 @@ from typing import Any
 
 import torch
 
+from kernelwatch.kernels.spin import spin
+
 Case = tuple[Callable[[Any], Any], Any]
 
 
-# Both sides of an injection experiment launch the spin kernel, the baseline with
-# BASE_CYCLES and the candidate with BASE_CYCLES + extra: the launch gap of the extra
-# kernel is then common to both and only the extra cycles differ.
-# Short spins are not linear in cycles (seen on the H200: sleep(2400) - sleep(500)
-# took ~3.4 us, not ~1 us), so the common base spin is long: ~10 us at 1980 MHz.
-BASE_CYCLES = 20000
+# The common base spin of both sides of an injection experiment, in iterations.
+BASE_ITERS = 1000
 
 
-def gemm(m: int, n: int, k: int, dtype: str = "bfloat16", extra_cycles: int = -1) -> Case:
+def gemm(m: int, n: int, k: int, dtype: str = "bfloat16", extra_iters: int = -1) -> Case:
     dt = getattr(torch, dtype)
     a = torch.randn(m, k, device="cuda", dtype=dt)
     b = torch.randn(k, n, device="cuda", dtype=dt)
@@ -43,21 +44,21 @@ def gemm(m: int, n: int, k: int, dtype: str = "bfloat16", extra_cycles: int = -1
 
     def call(i: Any) -> Any:
         torch.matmul(i[0], i[1], out=out)
-        if extra_cycles >= 0:
-            torch.cuda._sleep(BASE_CYCLES + extra_cycles)
+        if extra_iters >= 0:
+            spin(BASE_ITERS + extra_iters)
 
     return call, (a, b)
 
 
-def add(numel: int, extra_cycles: int = -1) -> Case:
+def add(numel: int, extra_iters: int = -1) -> Case:
     x = torch.randn(numel, device="cuda")
     y = torch.randn(numel, device="cuda")
     out = torch.empty_like(x)
 
     def call(i: Any) -> Any:
         torch.add(i[0], i[1], out=out)
-        if extra_cycles >= 0:
-            torch.cuda._sleep(BASE_CYCLES + extra_cycles)
+        if extra_iters >= 0:
+            spin(BASE_ITERS + extra_iters)
 
     return call, (x, y)
 
@@ -91,16 +92,3 @@ def cpu_matmul(n: int = 128, extra_rows: int = 0) -> Case:
         return r
 
     return call, (a, b)
-
-
-def cycles_per_second() -> float:
-    """SM cycles per second of ``torch.cuda._sleep`` at the current clock (measured)."""
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    n = 2_000_000
-    torch.cuda._sleep(n)
-    a.record()
-    torch.cuda._sleep(n)
-    b.record()
-    b.synchronize()
-    return n / (float(a.elapsed_time(b)) / 1e3)

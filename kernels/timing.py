@@ -37,6 +37,7 @@ import torch
 
 from kernelwatch.kernels import stats
 from kernelwatch.kernels.record import Timing
+from kernelwatch.kernels.spin import iters_for, spin
 from kernelwatch.kernels.telemetry import UNRELIABLE_REASONS, Reading, Telemetry
 
 Inputs = Any
@@ -192,14 +193,18 @@ class _CudaSampler(Sampler):
         self.l2_bytes = int(getattr(props, "L2_cache_size", 50 * 2**20)) or 50 * 2**20
         self.flush_buf: torch.Tensor | None = None
         self.flush_sink: torch.Tensor | None = None
+        self.busy_s, self.busy_iters = 0.0, 0  # sized after warm-up (_size_keep_busy)
         start = time.perf_counter()
         per_call, self.steady_mhz = self._warmup()
+        self._size_keep_busy()
         self.warmup_s = time.perf_counter() - start
         cfg = config
         self.use_graph = (
             cfg.cuda_graph if cfg.cuda_graph is not None else (per_call < cfg.graph_below_s)
         )
         if self.use_graph:
+            # a replay's host side launches the whole graph: give it a longer spin
+            self.busy_iters = max(self.busy_iters, iters_for(50e-6, device.index or 0))
             self._sample, self.calls_per_sample = self._graph_sampler(per_call)
         else:
             self._sample, self.calls_per_sample = self._launch_sampler(), 1
@@ -212,6 +217,7 @@ class _CudaSampler(Sampler):
             "cuda_graph": self.use_graph,
             "steady_sm_mhz": self.steady_mhz,
             "warmup_s": self.warmup_s,
+            "keep_busy_s": self.busy_s,
         }
 
     def block(self, n: int) -> list[float]:
@@ -357,13 +363,25 @@ class _CudaSampler(Sampler):
         torch.sum(self.flush_buf, dim=0, dtype=torch.int64, out=self.flush_sink)
 
     def _keep_busy(self) -> None:
-        """Queue ~10 us of GPU work so the start event does not time the launch latency.
+        """Queue GPU work that outlasts the host's launch of the timed call.
 
         Without it, on an idle GPU the start event fires at once and the kernel
-        arrives ~10 us later (seen on the H200: an 8 MB op read 28 us warm and 7 us
-        after a flush kernel).
+        arrives later: the sample times the launch latency (seen on the H200: an
+        8 MB op read 23 us "warm" and 7 us after a flush kernel). The work is a
+        compute-only spin (``kernels/spin.py``), so a warm L2 stays warm.
         """
-        torch.cuda._sleep(20_000)
+        spin(self.busy_iters, self.device)
+
+    def _size_keep_busy(self) -> None:
+        """Spin for 3x the host's launch time of one call (+20 us), 30 us to 2 ms."""
+        host = []
+        for _ in range(5):
+            s = time.perf_counter()
+            self.call(self.inputs)
+            host.append(time.perf_counter() - s)
+            torch.cuda.synchronize(self.device)
+        self.busy_s = min(2e-3, max(30e-6, 3 * stats.median(host) + 20e-6))
+        self.busy_iters = iters_for(self.busy_s, self.device.index or 0)
 
     def _launch_sampler(self) -> Callable[[torch.cuda.Event, torch.cuda.Event], None]:
         cold = self.config.cold_l2

@@ -81,17 +81,17 @@ def test_bench_runs_the_first_suite_natively(tmp_path: Path) -> None:
 
 
 def test_paired_mode_across_two_processes_on_the_gpu() -> None:
-    from kernelwatch.kernels.benchcases import cycles_per_second
     from kernelwatch.kernels.paired import PairedConfig, Side, compare
+    from kernelwatch.kernels.spin import iters_for
 
     factory = "kernelwatch.kernels.benchcases:gemm"
     params = {"m": 4096, "n": 4096, "k": 4096}
-    extra = int(0.05 * 200e-6 * cycles_per_second())  # ~+5 % of a ~0.2 ms GEMM
+    extra = iters_for(0.05 * 200e-6)  # ~+5 % of a ~0.2 ms GEMM
     a, b = Side("A"), Side("B")
     try:
         cfg = PairedConfig(min_effect=0.01, budget_s=4)
         slow = compare(
-            a, b, factory, {**params, "extra_cycles": 0}, {**params, "extra_cycles": extra}, cfg
+            a, b, factory, {**params, "extra_iters": 0}, {**params, "extra_iters": extra}, cfg
         )
         assert slow.verdict == "regression", slow
         same = compare(a, b, factory, params, params, cfg)
@@ -100,3 +100,18 @@ def test_paired_mode_across_two_processes_on_the_gpu() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_spin_is_linear_in_its_iterations() -> None:
+    """Injected slowdowns and the keep-busy rest on this: t(base + k*n) - t(base) = k*t(n)."""
+    from kernelwatch.kernels.spin import _time_spin, seconds_per_iter
+
+    # base long enough (~170 us) that back-to-back spins are GPU-bound, not bound by
+    # Triton's ~20 us host launch (with base 1000 the first step read 30 % short)
+    base, n = 50_000, 20_000
+    _time_spin(400_000, None, 200)  # ~0.3 s: the SM clock up from idle first
+    t0 = _time_spin(base, None, 20)
+    steps = [_time_spin(base + k * n, None, 20) - t0 for k in (1, 2, 4)]
+    assert steps[1] == pytest.approx(2 * steps[0], rel=0.05), steps
+    assert steps[2] == pytest.approx(4 * steps[0], rel=0.05), steps
+    assert steps[0] == pytest.approx(n * seconds_per_iter(), rel=0.05)

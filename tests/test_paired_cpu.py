@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from kernelwatch.kernels.paired import PairedConfig, Side, compare, judge
 
 FACTORY = "kernelwatch.kernels.benchcases:cpu_matmul"
@@ -39,3 +41,16 @@ def test_two_processes_detect_double_work_and_accept_identical_work() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_judge_averages_groups_that_share_a_placement() -> None:
+    # Two placements, each measured in many groups: as independent groups the
+    # interval would be tight; over placements (n = 2) it is wide.
+    logs = [0.01, 0.0101, 0.0099, 0.01, -0.002, -0.0021, -0.0019, -0.002] * 2
+    clusters = [0, 0, 0, 0, 1, 1, 1, 1] * 2
+    cfg = PairedConfig(min_effect=0.002, confidence=0.99)
+    _, lo_flat, hi_flat, _ = judge(logs, cfg)
+    ratio, lo, hi, verdict = judge(logs, cfg, clusters)
+    assert hi - lo > 10 * (hi_flat - lo_flat)
+    assert verdict == "inconclusive"
+    assert ratio == pytest.approx(math.exp(0.004), rel=1e-6)

@@ -3,10 +3,12 @@
 - ``gemm``: ``torch.mm(a, w.t(), out=...)``: cuBLAS on a GPU (the TN product of
   ``nn.Linear``), the CPU BLAS elsewhere.
 - ``gemm_fp8_rowwise``: ``torch._scaled_mm`` with a float32 scale per row of A
-  and per row of W. On Hopper PyTorch runs this through its CUTLASS kernel
-  (``f8f8bf16_rowwise`` in ATen), which makes it the CUTLASS-backed GEMM that is
-  usable from Python on an H100/H200; ``benchmarks/gpu_issue4.sh`` records the
-  kernel names the profiler sees, so the claim is checked on each run.
+  and per row of W. Older PyTorch builds ran this through ATen's CUTLASS kernel
+  (``f8f8bf16_rowwise``); on the H200 with torch 2.11+cu130 the profiler showed
+  cuBLASLt's ``nvjet_sm90_*`` kernel instead (2026-11-29,
+  ``docs/data/gemm-kernel-names.json``), so this is **not** a CUTLASS GEMM there.
+  ``benchmarks/gpu_issue4.sh`` records the kernel names on each run; a CUTLASS
+  GEMM on Hopper needs the CuTe DSL (``nvidia-cutlass-dsl``), not yet an adapter.
 - ``gemm_fp8_tensorwise``: ``torch._scaled_mm`` with one scale per tensor
   (cuBLASLt).
 

@@ -82,7 +82,11 @@ def attention(
     """softmax(q k^T * scale [+ causal mask]) v into ``out``; shapes (B, H, S, D)."""
     batch, heads, seq, head_dim = q.shape
     kv_heads = k.shape[1]
-    if q.is_cuda:
+    if q.is_cuda and head_dim > 128:
+        # 128x64 tiles need 256 KB of shared memory at head dim 256 (the H200 has
+        # 227 KB: OutOfResources, 2026-11-29); 64x32 tiles need about half that
+        block_m, block_n, warps = 64, 32, 4
+    elif q.is_cuda:
         block_m, block_n, warps = 128, 64, 8
     else:
         block_m, block_n, warps = 32, 32, 4
