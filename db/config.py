@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     webhook_secret: str | None = None
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
+    # Report check runs (a GitHub App installation token) instead of commit statuses.
+    github_checks: bool = False
     dashboard_url: str = "http://127.0.0.1:8501"
     # Per-run limits for the suite subprocess (seconds).
     suite_timeout_s: float = 1800.0

@@ -6,6 +6,7 @@ transaction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -76,11 +77,28 @@ def get_or_create_case(session: Session, record: dict[str, Any]) -> Case:
     return case
 
 
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as None, recursively.
+
+    A kernel that writes NaN makes its correctness errors NaN; JSON has no NaN and
+    PostgreSQL's JSONB rejects the token, which would turn a recorded failure into
+    a lost one. Plain floats in columns keep their value where finite.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def store_record(session: Session, run: Run, record: dict[str, Any]) -> Result | None:
     """Store one result record; a case already stored for this run is left as is.
 
     Returns the new row, or None when the record was a duplicate (re-delivery).
     """
+    record = json_safe(record)
     get_or_create_case(session, record)
     exists = session.scalar(
         select(Result.id).where(Result.run_id == run.id, Result.case_id == record["case_id"])

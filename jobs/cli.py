@@ -76,6 +76,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     for key in ("impl", "index_url", "find_links"):
         if getattr(args, key):
             options[key] = getattr(args, key)
+    if args.paired:
+        if args.version:
+            print(
+                "kernelwatch run: --paired compares commits (versions: bench-paired)",
+                file=sys.stderr,
+            )
+            return 2
+        options["paired"] = True
     req = RunRequest(
         source=args.source,
         commits=args.commit or [],
@@ -84,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         suites=args.suite or ["basic"],
         device_class=args.device_class or local_device_class(),
         trigger="manual",
-        measure_baseline=not args.no_baseline_run,
+        measure_baseline=not (args.no_baseline_run or args.paired),
         options=options,
         versions=args.version or [],
     )
@@ -296,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--no-baseline-run", action="store_true", help="do not add runs for unmeasured baselines"
     )
+    r.add_argument(
+        "--paired",
+        action="store_true",
+        help="measure each commit interleaved with its baseline on one GPU, in one run "
+        "(the merge gate's mode)",
+    )
     r.add_argument("--wait", action="store_true", help="block until the runs are judged")
     r.add_argument("--timeout", type=float, default=3600)
     r.add_argument("--json", action="store_true")
@@ -311,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=cmd_bench)
+    bp = sub.add_parser(
+        "bench-paired",
+        help="a suite in paired mode: baseline and candidate interleaved (no database)",
+        add_help=False,
+    )
+    bp.add_argument("rest", nargs=argparse.REMAINDER)
+    bp.set_defaults(func=cmd_bench)
 
     w = sub.add_parser("worker", help="Celery worker(s)")
     w.add_argument("--queues", help="comma-separated queues (default: this machine's class)")
@@ -382,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kernelwatch.kernels.runner import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["bench-paired"]:
+        from kernelwatch.kernels.paired_suite import main as paired_main
+
+        return paired_main(argv[1:])
     args = build_parser().parse_args(argv)
     handler: Handler = args.func
     from kernelwatch.jobs.errors import KernelwatchError

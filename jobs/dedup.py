@@ -33,7 +33,7 @@ from kernelwatch.db.models import Commit, Run
 from kernelwatch.jobs.celery_app import PRIORITY
 
 ACTIVE_STATES = ("queued", "running")
-MEASUREMENT_OPTIONS = ("bench_args", "case_timeout_s", "suites_explicit", "size")
+MEASUREMENT_OPTIONS = ("bench_args", "case_timeout_s", "suites_explicit", "size", "paired")
 MAX_JOINED = 50
 
 

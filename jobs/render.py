@@ -135,6 +135,7 @@ def render_comment(
             out += ["", *_moved_table(c)]
     levels = sorted({c.confidence for c in verdict.classes if c.confidence is not None})
     level = f"{levels[0] * 100:g} %" if len(levels) == 1 else "the configured"
+    paired = paired or (bool(verdict.classes) and all(c.paired for c in verdict.classes))
     how = (
         "baseline and candidate interleaved on the same GPU (paired A/B)"
         if paired

@@ -38,6 +38,13 @@ from kernelwatch.jobs.verdicts import CommitVerdict, commit_verdict
 log = logging.getLogger(__name__)
 
 CONTEXT_PREFIX = "kernelwatch"
+# commit status state -> (check run status, conclusion)
+CHECK_STATES: dict[str, tuple[str, str | None]] = {
+    "pending": ("in_progress", None),
+    "success": ("completed", "success"),
+    "failure": ("completed", "failure"),
+    "error": ("completed", "failure"),
+}
 
 
 def context_for(device_class: str) -> str:
@@ -74,8 +81,13 @@ class Reporter:
         state: str,
         description: str,
         target_url: str | None = None,
+        summary: str = "",
     ) -> bool:
-        """Send a status unless the same one was sent last; True if sent (or recorded)."""
+        """Send a status (or check run) unless the same one was sent last; True if sent.
+
+        ``summary``: the markdown a check run shows (the verdict table); statuses have
+        only the description.
+        """
         context = context_for(device_class)
         description = shorten(description, 140)
         with self.factory() as session, session.begin():
@@ -93,7 +105,21 @@ class Reporter:
                 and row.target_url == (target_url or "")
             ):
                 return False
-        if self.github is not None:
+        if self.github is not None and self.settings.github_checks:
+            # A new check run of the same name supersedes the older one in GitHub's UI,
+            # so each state change is one POST and nothing needs the previous run's id.
+            status, conclusion = CHECK_STATES[state]
+            self.github.create_check_run(
+                full_name,
+                sha,
+                context,
+                status,
+                conclusion,
+                title=description,
+                summary=summary or description,
+                details_url=target_url,
+            )
+        elif self.github is not None:
             self.github.create_status(full_name, sha, state, context, description, target_url)
         with self.factory() as session, session.begin():
             row = session.scalars(
@@ -166,6 +192,13 @@ class Reporter:
             runs = session.scalars(select(Run).where(Run.id.in_([link.run_id for link in links])))
             verdict = commit_verdict(session, full_name, sha, runs)
         for cv in verdict.classes:
+            summary = ""
+            if self.settings.github_checks and cv.final:
+                summary = render_comment(
+                    CommitVerdict(full_name, sha, (cv,)),
+                    dashboard_url=self.settings.dashboard_url,
+                    paired=self.paired,
+                )
             self.send_status(
                 full_name,
                 sha,
@@ -173,6 +206,7 @@ class Reporter:
                 cv.state,
                 cv.description,
                 self.url(cv.dashboard_path),
+                summary,
             )
         if verdict.classes and all(c.final for c in verdict.classes):
             with self.factory() as session, session.begin():

@@ -59,6 +59,7 @@ class ClassVerdict:
     confidence: float | None = None
     counts: dict[str, int] = field(default_factory=dict)
     moved: tuple[MovedCase, ...] = ()
+    paired: bool = False  # baseline and candidate interleaved in this one run
 
     @property
     def final(self) -> bool:
@@ -128,7 +129,7 @@ def class_verdict(session: Session, run: Run) -> ClassVerdict:
         state, description = "failure", summarize(counts)
     elif run.verdict == "error":
         state, description = "error", summarize(counts)
-    elif run.baseline_sha and run.baseline_run_id is None:
+    elif run.baseline_sha and run.baseline_run_id is None and not run.options.get("paired"):
         state = "error"
         description = f"nothing compared: baseline {run.baseline_sha[:12]} has no good measurement"
     elif not run.baseline_sha and compared == 0:
@@ -158,6 +159,7 @@ def _make(
         confidence=_float(run.options.get("confidence")),
         counts=counts or {},
         moved=moved,
+        paired=bool(run.options.get("paired")),
     )
 
 
@@ -205,7 +207,8 @@ def _moved(
             ratio=result.ratio,
             ci_low=result.ratio_ci_low,
             ci_high=result.ratio_ci_high,
-            baseline_median_s=base_medians.get(result.case_id),
+            baseline_median_s=base_medians.get(result.case_id)
+            or _float((result.record.get("paired") or {}).get("baseline_median")),
             median_s=result.median_s,
             error=_first_line(result.error),
         )

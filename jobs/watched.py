@@ -61,6 +61,9 @@ class WatchedRepo:
     suites: tuple[str, ...] | None = None  # None: what .kernelwatch.toml says
     bench_args: tuple[str, ...] = ()
     case_timeout_s: float | None = None
+    # "paired": a PR's head and merge-base measured interleaved on one GPU in one run
+    # (kernels/paired_suite.py); "separate": two runs compared afterwards.
+    pr_mode: str = "paired"
 
     def watches_branch(self, branch: str) -> bool:
         return any(fnmatch.fnmatchcase(branch, pattern) for pattern in self.branches)
@@ -90,7 +93,9 @@ _KEYS = {
     "suites",
     "bench_args",
     "case_timeout_s",
+    "pr_mode",
 }
+PR_MODES = ("paired", "separate")
 
 
 def load_repos_file(path: Path | str) -> dict[str, WatchedRepo]:
@@ -157,6 +162,9 @@ def watched_repo(full_name: str, table: Mapping[str, Any]) -> WatchedRepo:
         raise ValueError(f"{full_name}: max_commits_per_push must lie in 1..1000")
     suites = table.get("suites")
     timeout = table.get("case_timeout_s")
+    pr_mode = str(table.get("pr_mode", "paired"))
+    if pr_mode not in PR_MODES:
+        raise ValueError(f"{full_name}: pr_mode must be one of {PR_MODES}")
     return WatchedRepo(
         full_name=full_name,
         source=source,
@@ -171,6 +179,7 @@ def watched_repo(full_name: str, table: Mapping[str, Any]) -> WatchedRepo:
         suites=_strings(suites, "suites", full_name) if suites is not None else None,
         bench_args=_strings(table.get("bench_args", []), "bench_args", full_name),
         case_timeout_s=float(timeout) if timeout is not None else None,
+        pr_mode=pr_mode,
     )
 
 

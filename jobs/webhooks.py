@@ -469,8 +469,11 @@ class WebhookHandler:
             **repo.run_options(),
             "github": {"repository": repo.full_name, "event": trigger, "pr": pr_number},
         }
+        paired = trigger == "pull_request" and repo.pr_mode == "paired"
         if pr_number is not None:
             options["pr"] = pr_number  # how jobs.cancel recognises a PR's runs
+        if paired:
+            options["paired"] = True  # the merge-base is built and measured in the same run
         try:
             for dc in classes:
                 req = RunRequest(
@@ -480,7 +483,7 @@ class WebhookHandler:
                     suites=suites,
                     device_class=dc,
                     trigger=trigger,
-                    measure_baseline=True,
+                    measure_baseline=not paired,
                     options=dict(options),
                 )
                 batch = plan(self.factory, self.settings, self.celery, req)

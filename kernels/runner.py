@@ -27,7 +27,7 @@ from kernelwatch.kernels.correctness import check, poison_
 from kernelwatch.kernels.device import describe_device, describe_environment
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
 from kernelwatch.kernels.plugins import resolve_impl
-from kernelwatch.kernels.record import ResultRecord, Throughput, case_id
+from kernelwatch.kernels.record import Correctness, ResultRecord, Throughput, case_id
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names
 from kernelwatch.kernels.timing import TimerConfig, measure
 
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         record.throughput.flops,
                         record.throughput.bytes,
                         peaks,
+                        spec.params.get("dtype"),
                     )
                     record.throughput.pct_of_peak, record.throughput.bound_by = pct, bound
                 record.library = library
@@ -129,27 +130,9 @@ def run_case(
     config: TimerConfig,
 ) -> ResultRecord:
     """Check one case, then time it if it is correct. Exceptions become ``error`` records."""
-    record = ResultRecord(
-        suite=suite,
-        case_id=cid,
-        kernel=spec.kernel,
-        backend=backend,
-        params=spec.params,
-        status="error",
-    )
+    record = blank_record(spec, suite, cid, backend)
     try:
-        fn = load_impl(impl, spec.kernel)
-        gen = torch.Generator(device=device)
-        gen.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
-        inputs = spec.make_inputs(gen, device)
-        poison_(inputs["out"])
-        spec.invoke(fn, inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        hi = torch.float64 if device.type == "cpu" else torch.float32
-        ref = spec.reference(inputs, hi)
-        lowp = spec.reference(inputs, spec.dtype) if spec.dtype not in (hi,) else None
-        record.correctness = check(inputs["out"], ref, lowp, spec.dtype, spec.tolerance_kind)
+        fn, inputs, record.correctness = checked_case(spec, impl, device)
         if not record.correctness.passed:
             record.status = "fail"
             record.error = record.correctness.detail
@@ -169,12 +152,50 @@ def run_case(
     return record
 
 
+def blank_record(spec: CaseSpec, suite: str, cid: str, backend: str) -> ResultRecord:
+    """The case's record before anything ran: ``error`` until something better is known."""
+    return ResultRecord(
+        suite=suite,
+        case_id=cid,
+        kernel=spec.kernel,
+        backend=backend,
+        params=spec.params,
+        status="error",
+    )
+
+
+def checked_case(
+    spec: CaseSpec, impl: str, device: torch.device
+) -> tuple[Any, dict[str, Any], Correctness]:
+    """The implementation, fresh inputs, and one checked call against the reference.
+
+    Fresh random inputs (a new seed each time), the output poisoned before the
+    call, the error against a float32 (float64 on the CPU) reference bounded by
+    the low-precision reference's own error (``correctness.py``). Shared by the
+    runner and the paired mode, so both refuse to time a wrong result alike.
+    """
+    fn = load_impl(impl, spec.kernel)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+    inputs = spec.make_inputs(gen, device)
+    poison_(inputs["out"])
+    spec.invoke(fn, inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    hi = torch.float64 if device.type == "cpu" else torch.float32
+    ref = spec.reference(inputs, hi)
+    lowp = spec.reference(inputs, spec.dtype) if spec.dtype not in (hi,) else None
+    return fn, inputs, check(inputs["out"], ref, lowp, spec.dtype, spec.tolerance_kind)
+
+
 def _peaks(device: torch.device, dev_info: dict[str, Any], skip: bool) -> dict[str, Any] | None:
     """Measured ceilings of this GPU (probed once, cached by UUID); None on the CPU."""
     if device.type != "cuda" or skip:
         return None
     peaks = device_peaks(device, str(dev_info.get("uuid") or dev_info.get("name")))
-    dev_info["peaks"] = {k: peaks[k] for k in ("copy_gbps", "bf16_tflops")}
+    dev_info["peaks"] = {
+        k: peaks[k] for k in ("copy_gbps", "bf16_tflops", "fp8_tflops") if k in peaks
+    }
     return peaks
 
 

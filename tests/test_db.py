@@ -113,3 +113,24 @@ def test_migrations_match_the_models(db_url: str) -> None:
     with engine_for(db_url).connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
+
+
+def test_a_nan_in_a_record_is_stored_as_null_not_lost(session: Session) -> None:
+    # A kernel that writes NaN has NaN correctness errors; PostgreSQL's JSONB refuses
+    # the NaN token, which used to lose the failure it should record.
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, "c" * 40, [])
+    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+    session.add(run)
+    session.flush()
+    record = {
+        **_record("nan", "fail"),
+        "correctness": {"errors": {"rel_l2": float("nan")}, "bound": 1e-3, "passed": False},
+        "paired": {"ratio": float("inf"), "group_ratios": [1.0, float("nan")]},
+    }
+    assert store_record(session, run, record) is not None
+    session.commit()
+    row = session.scalars(select(Result).where(Result.case_id == "nan")).one()
+    assert row.status == "fail"
+    assert row.record["correctness"]["errors"]["rel_l2"] is None
+    assert row.record["paired"] == {"ratio": None, "group_ratios": [1.0, None]}

@@ -120,6 +120,9 @@ def watched(source: dict[str, str], **extra: Any) -> dict[str, WatchedRepo]:
         "branches": ["main"],
         "device_classes": ["cpu"],
         "bench_args": ["--kernel", "softmax", "--budget", "0.1"],
+        # these tests look at the two-run path (pushes use it too); the paired default
+        # for PRs has its own test below and tests/test_paired_pipeline.py
+        "pr_mode": "separate",
         **extra,
     }
     return parse_repos({"repos": {FULL: table}})
@@ -379,6 +382,19 @@ def pr_payload(source: dict[str, str], fixture: str = "pull_request_opened", **k
         pull_request__base__sha=kw.pop("base", source["B"]),
         **kw,
     )
+
+
+def test_a_pr_is_one_paired_run_against_the_merge_base_by_default(
+    tmp_path: Path, fake: FakeGitHub, source: dict[str, str]
+) -> None:
+    table = {"source": source["path"], "device_classes": ["cpu"]}
+    api = Api(tmp_path, fake, parse_repos({"repos": {FULL: table}}))
+    r = api.post("pull_request", pr_payload(source))
+    assert r.status_code == 202 and r.json()["status"] == "planned", r.text
+    [run] = [r for r in api.runs() if r.commit]
+    assert run.commit is not None and run.commit.sha == source["C"]
+    assert run.baseline_sha == source["A"]  # the merge-base, built inside the same run
+    assert run.options["paired"] is True and run.options["pr"] == 7
 
 
 def test_same_repo_pr_is_measured_against_the_merge_base(api: Api, source: dict[str, str]) -> None:

@@ -197,3 +197,21 @@ def test_worker_hook_reports_without_raising(api: Api, source: dict[str, str]) -
     # and a broken GitHub never raises into the worker
     bad = settings.model_copy(update={"github_api_url": "http://127.0.0.1:9"})
     report_finished_run(api.factory, bad, run_id)
+
+
+def test_check_runs_carry_the_verdict_table_when_configured(
+    api: Api, source: dict[str, str]
+) -> None:
+    api.ctx.reporter.settings.github_checks = True  # a GitHub App installation
+    api.post("pull_request", pr_payload(source))
+    finish(api, source["A"])
+    finish(api, source["C"], ratio=1.5)
+    api.ctx.reporter.reconcile()
+    runs = [r for r in api.fake.check_runs if r["head_sha"] == source["C"]]
+    assert [r["status"] for r in runs] == ["in_progress", "completed"]
+    final = runs[-1]
+    assert final["name"] == "kernelwatch/cpu" and final["conclusion"] == "failure"
+    assert final["output"]["title"] == "1 regression"
+    assert "🔴 regression" in final["output"]["summary"] and "1.500×" in final["output"]["summary"]
+    assert final["details_url"].startswith("https://kw.example.com/?page=compare&a=")
+    assert api.fake.statuses_for(FULL, source["C"]) == []  # check runs instead of statuses

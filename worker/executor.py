@@ -20,6 +20,8 @@ meanwhile stays cancelled.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -34,7 +36,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.store import store_record, stored_case_ids
 from kernelwatch.jobs import libspec, repoconfig
-from kernelwatch.jobs.analysis import analyze_ready
+from kernelwatch.jobs.analysis import analyze_ready, run_thresholds
 from kernelwatch.jobs.errors import (
     CommitNotFound,
     ConfigError,
@@ -80,6 +82,7 @@ def execute(
         suites = list(run.suites)
         run_options = dict(run.options)
         version_spec = run.version_spec
+        baseline_sha = run.baseline_sha
     workdir = settings.data_dir / "work" / f"run-{run_id}"
     mirror: Mirror | None = None
     checkout = workdir / "src"
@@ -98,15 +101,7 @@ def execute(
                 raise CommitNotFound(f"commit {sha} not found in {source}")
             config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
             _note_config(factory, run_id, config)
-            mirror.worktree(sha, checkout)
-            env = environment.prepare(
-                config.install,
-                checkout,
-                settings.data_dir / "envs",
-                sha,
-                settings.install_timeout_s,
-            )
-            _append_log(factory, run_id, env.log)
+            env = _commit_env(factory, settings, run_id, mirror, sha, config, checkout)
             library = {
                 "name": config.library_name or mirror.source.rsplit("/", 1)[-1],
                 "commit": sha,
@@ -125,6 +120,10 @@ def execute(
                 suite_timeout_s=settings.suite_timeout_s,
                 extra_args=[str(a) for a in run_options.get("bench_args", [])],
             )
+            if run_options.get("paired") and baseline_sha:
+                req = _paired_request(
+                    factory, settings, run_id, mirror, baseline_sha, env, req, workdir
+                )
         already = _stored(factory, run_id)
         req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
         patience = fleet.db_patience_s
@@ -147,8 +146,94 @@ def execute(
     except (SourceError, CommitNotFound, ConfigError) as exc:
         return _finish(factory, settings, run_id, "error", str(exc))
     finally:
-        if mirror is not None and checkout.exists():
-            mirror.remove_worktree(checkout)
+        if mirror is not None:
+            for tree in (checkout, workdir / "baseline-src"):
+                if tree.exists():
+                    mirror.remove_worktree(tree)
+
+
+def _commit_env(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: int,
+    mirror: Mirror,
+    sha: str,
+    config: repoconfig.RepoConfig,
+    checkout: Path,
+) -> environment.Environment:
+    """Check ``sha`` out and make its library importable with its own install recipe."""
+    mirror.worktree(sha, checkout)
+    env = environment.prepare(
+        config.install, checkout, settings.data_dir / "envs", sha, settings.install_timeout_s
+    )
+    _append_log(factory, run_id, env.log)
+    return env
+
+
+# Runner options the paired coordinator understands too (others concern one side only).
+_PAIRED_PASSTHROUGH = ("--size", "--kernel", "--budget")
+
+
+def _paired_request(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: int,
+    mirror: Mirror,
+    baseline_sha: str,
+    candidate: environment.Environment,
+    req: SuiteRequest,
+    workdir: Path,
+) -> SuiteRequest:
+    """The run as a paired comparison: the baseline built too, both measured interleaved.
+
+    The baseline is built with *its own* commit's recipe (``.kernelwatch.toml`` at
+    the baseline), because that is how that commit installs; the suites, module
+    and thresholds are the candidate's.
+    """
+    if not mirror.has_commit(baseline_sha):
+        mirror.sync()
+    if not mirror.has_commit(baseline_sha):
+        raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
+    base_config = repoconfig.parse(mirror.read_file(baseline_sha, ".kernelwatch.toml"))
+    _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
+    base = _commit_env(
+        factory, settings, run_id, mirror, baseline_sha, base_config, workdir / "baseline-src"
+    )
+    with factory() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        # the most sensitive threshold of any case: analysis re-judges each case with its own
+        threshold = run_thresholds(run, settings).smallest()
+        confidence = float(run.options.get("confidence", settings.confidence))
+    bench = [str(a) for a in req.extra_args]
+    passthrough = [
+        x
+        for i in range(0, len(bench) - 1)
+        if bench[i] in _PAIRED_PASSTHROUGH
+        for x in (bench[i], bench[i + 1])
+    ]
+    req.module = "kernelwatch.kernels.paired_suite"
+    req.pythonpath = ()  # the coordinator imports no library; each side gets its own path
+    req.extra_args = [
+        "--baseline-path",
+        os.pathsep.join(base.pythonpath),
+        "--candidate-path",
+        os.pathsep.join(candidate.pythonpath),
+        "--baseline-python",
+        base.python,
+        "--candidate-python",
+        candidate.python,
+        "--min-effect",
+        str(threshold),
+        "--confidence",
+        str(confidence),
+        "--case-timeout",
+        str(req.case_timeout_s),
+        "--baseline-library",
+        json.dumps({**req.library, "commit": baseline_sha}),
+        *passthrough,
+    ]
+    return req
 
 
 def _prepare_version(
@@ -234,6 +319,10 @@ def _note_config(
             opts.setdefault("regression_threshold", config.regression_threshold)
         if config.confidence is not None:
             opts.setdefault("confidence", config.confidence)
+        if config.suite_thresholds or config.case_thresholds:
+            opts["thresholds"] = repoconfig.Thresholds(
+                0.0, config.suite_thresholds, config.case_thresholds
+            ).to_options()
         opts["config"] = {
             "module": config.module,
             "suites": list(config.suites),

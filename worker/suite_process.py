@@ -37,6 +37,8 @@ class SuiteRequest:
     case_timeout_s: float
     suite_timeout_s: float
     extra_args: list[str] = field(default_factory=list)
+    # the paired mode's coordinator (kernels/paired_suite.py) speaks the same protocol
+    module: str = "kernelwatch.kernels.runner"
 
 
 @dataclass
@@ -98,7 +100,7 @@ def _one_pass(
     argv = [
         req.python,
         "-m",
-        "kernelwatch.kernels.runner",
+        req.module,
         "--out",
         str(out_path),
         "--library",

@@ -1,0 +1,307 @@
+"""A whole suite in paired mode: baseline and candidate library, case by case.
+
+This is the merge gate's measurement (``kernelwatch bench-paired``, run by the
+worker for pull requests). Two side processes (``kernels/paired.py``), each with
+one library on its ``PYTHONPATH``, set up the same case; each side checks its
+result against the reference first (``runner.checked_case``), so a wrong result
+is never timed; then blocks alternate ABBA/BAAB and the ratio candidate/baseline
+gets an interval and a verdict. An *inconclusive* case is measured again, with
+twice the budget, up to ``--retries`` times.
+
+Every case ends as one result record (JSON line, ``record.py`` schema) for the
+candidate, with a ``paired`` section holding the comparison:
+
+- both sides correct: ``status=pass``, timing from the candidate's blocks,
+  ``paired.verdict`` one of regression | improvement | unchanged | inconclusive;
+- the candidate wrong: ``status=fail`` (verdict ``broken``), whatever the baseline;
+- the baseline wrong and the candidate right: ``status=pass``, verdict
+  ``unchanged`` with no ratio and a note (a fix is not a time comparison);
+- a side that crashes, hangs (``--case-timeout``) or raises: ``status=error``
+  with the side's message; the side is restarted and the next case goes on;
+- a case a library cannot run (``Unavailable``): ``status=skip``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any, TextIO
+
+import torch
+
+from kernelwatch.kernels import stats
+from kernelwatch.kernels.paired import (
+    PairedConfig,
+    PairedResult,
+    Side,
+    SideDied,
+    SideError,
+    SideTimeout,
+    compare,
+)
+from kernelwatch.kernels.plugins import resolve_impl
+from kernelwatch.kernels.record import ResultRecord, Timing, case_id
+from kernelwatch.kernels.suite import CaseSpec, load_suite
+
+FACTORY = "kernelwatch.kernels.paired_suite:case"
+
+
+class BrokenCase(RuntimeError):
+    """The side's library computed a wrong result for this case."""
+
+
+# --------------------------------------------------------------------------- side
+
+
+def case(
+    suite: str, size: str, case_id: str, impl: str, backend: str
+) -> tuple[Callable[[Any], Any], Any]:
+    """Side factory: the case ``case_id`` of ``suite``, checked, ready to time."""
+    from kernelwatch.kernels.runner import checked_case
+
+    device = _device()
+    spec = _find(load_suite(suite, size, device), case_id, backend)
+    fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device)
+    if not correctness.passed:
+        raise BrokenCase(correctness.detail or "correctness check failed")
+    return (lambda i: spec.invoke(fn, i)), inputs
+
+
+def _find(specs: Sequence[CaseSpec], cid: str, backend: str) -> CaseSpec:
+    for spec in specs:
+        if case_id(spec.kernel, backend, spec.params) == cid:
+            return spec
+    raise LookupError(f"case {cid} is not in this suite at this size")
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="kernelwatch bench-paired", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--baseline-path", required=True, help="PYTHONPATH of the baseline library")
+    p.add_argument("--candidate-path", required=True, help="PYTHONPATH of the candidate")
+    p.add_argument("--baseline-python", default=sys.executable)
+    p.add_argument("--candidate-python", default=sys.executable)
+    p.add_argument("--suite", action="append", required=True)
+    p.add_argument("--impl", required=True, help="module providing the kernels (both sides)")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--size", default=None, help="default smoke on CPU, quick on GPU")
+    p.add_argument("--out", required=True, help="JSON-lines file ('-' for stdout)")
+    p.add_argument("--kernel", action="append", default=None)
+    p.add_argument("--skip-case", action="append", default=[])
+    p.add_argument("--min-effect", type=float, default=PairedConfig.min_effect)
+    p.add_argument("--confidence", type=float, default=PairedConfig.confidence)
+    p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
+    p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
+    p.add_argument("--placements", type=int, default=None)
+    p.add_argument("--case-timeout", type=float, default=300.0, help="per set-up or block")
+    p.add_argument("--library", default="{}", help="JSON of the candidate library")
+    p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = _device()
+    cpu = device.type == "cpu"
+    if cpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    size = args.size or ("smoke" if cpu else "quick")
+    backend = args.backend or args.impl
+    cfg = PairedConfig(
+        min_effect=args.min_effect,
+        confidence=args.confidence,
+        budget_s=args.budget if args.budget is not None else (5.0 if not cpu else 3.0),
+        # placement is a GPU memory effect; on the CPU one instance per side is enough
+        placements=args.placements or (1 if cpu else PairedConfig.placements),
+        block_s=0.02 if not cpu else 0.01,
+        ask_timeout_s=args.case_timeout,
+    )
+    sides = _Sides(
+        {"A": args.baseline_python, "B": args.candidate_python},
+        {"A": args.baseline_path, "B": args.candidate_path},
+    )
+    out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
+    try:
+        for suite in args.suite:
+            for spec in load_suite(suite, size, device):
+                if args.kernel and spec.kernel not in args.kernel:
+                    continue
+                cid = case_id(spec.kernel, backend, spec.params)
+                if cid in args.skip_case:
+                    continue
+                print(f"KW-CASE-START {cid} {spec.kernel}", file=sys.stderr, flush=True)
+                params = {
+                    "suite": suite,
+                    "size": size,
+                    "case_id": cid,
+                    "impl": args.impl,
+                    "backend": backend,
+                }
+                record = measure_case(sides, spec, suite, cid, backend, params, cfg, args.retries)
+                record["library"] = json.loads(args.library)
+                record["paired"]["baseline_library"] = json.loads(args.baseline_library)
+                out.write(json.dumps(_finite(record), sort_keys=True, default=str) + "\n")
+                out.flush()
+    finally:
+        sides.close()
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+class _Sides:
+    """The two side processes, restarted after a crash or a hang."""
+
+    def __init__(self, pythons: dict[str, str], paths: dict[str, str]) -> None:
+        self.pythons, self.paths = pythons, paths
+        self.sides = {name: self._start(name) for name in self.paths}
+
+    def _start(self, name: str) -> Side:
+        """A side: its own library first on the path, then what the coordinator has."""
+        own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        path = os.pathsep.join([p for p in self.paths[name].split(os.pathsep) if p] + own)
+        return Side(name, python=self.pythons[name], env={"PYTHONPATH": path})
+
+    def pair(self) -> tuple[Side, Side]:
+        for name, side in self.sides.items():
+            if not side.alive():
+                side.close()
+                self.sides[name] = self._start(name)
+        return self.sides["A"], self.sides["B"]
+
+    def close(self) -> None:
+        for side in self.sides.values():
+            side.close()
+
+
+def measure_case(
+    sides: _Sides,
+    spec: CaseSpec,
+    suite: str,
+    cid: str,
+    backend: str,
+    params: dict[str, Any],
+    cfg: PairedConfig,
+    retries: int,
+) -> dict[str, Any]:
+    """One case to one candidate record with a ``paired`` section."""
+    from kernelwatch.kernels.runner import blank_record
+
+    record = blank_record(spec, suite, cid, backend)
+    paired: dict[str, Any] = {"verdict": "error", "attempts": 0}
+    budget = cfg.budget_s
+    result: PairedResult | None = None
+    try:
+        for attempt in range(retries + 1):
+            a, b = sides.pair()
+            paired["attempts"] = attempt + 1
+            result = compare(a, b, FACTORY, params, params, _with_budget(cfg, budget))
+            if result.verdict != "inconclusive":
+                break
+            budget *= 2
+    except SideError as exc:
+        return _side_failed(record, paired, exc)
+    except (SideDied, SideTimeout) as exc:  # crash or hang: recorded, the sides restart
+        record.error = str(exc)
+        return {**_as_dict(record), "paired": paired}
+    assert result is not None
+    record.status = "pass"
+    record.timing = _candidate_timing(result)
+    record.device = {"paired_describe": result.describe_b}
+    paired.update(
+        verdict=result.verdict,
+        ratio=result.ratio,
+        ci_low=result.ci_low,
+        ci_high=result.ci_high,
+        confidence=cfg.confidence,
+        min_effect=cfg.min_effect,
+        groups=result.groups,
+        seconds=result.seconds,
+        stop_reason=result.stop_reason,
+        baseline_median=result.a_median,
+        candidate_median=result.b_median,
+        group_ratios=result.group_ratios,
+        baseline_blocks=result.a_blocks,
+        clocks=result.clocks,
+    )
+    return {**_as_dict(record), "paired": paired}
+
+
+def _side_failed(record: ResultRecord, paired: dict[str, Any], exc: SideError) -> dict[str, Any]:
+    """Turn a side's error reply into the case's outcome (see the module docstring)."""
+    remote, side = exc.remote, exc.side
+    if remote.startswith("Unavailable"):
+        record.status = "skip"
+        record.error = remote.split(":", 1)[-1].strip()
+        paired["verdict"] = None
+    elif remote.startswith("BrokenCase") and side == "B":
+        record.status = "fail"
+        record.error = remote.split(":", 1)[-1].strip()
+        paired["verdict"] = "broken"
+    elif remote.startswith("BrokenCase"):
+        record.status = "pass"  # no timing: a fix is not a time comparison
+        paired.update(verdict="unchanged", note=f"baseline was broken: {remote}")
+    else:
+        record.error = f"{'candidate' if side == 'B' else 'baseline'}: {remote}"
+    return {**_as_dict(record), "paired": paired}
+
+
+def _with_budget(cfg: PairedConfig, budget: float) -> PairedConfig:
+    return PairedConfig(**{**asdict(cfg), "budget_s": budget})
+
+
+def _candidate_timing(result: PairedResult) -> Timing:
+    blocks = result.b_blocks
+    lo, hi = stats.median_ci(blocks, 0.95) if len(blocks) > 1 else (blocks[0], blocks[0])
+    describe = result.describe_b
+    return Timing(
+        unit="s",
+        samples=blocks,
+        median=stats.median(blocks),
+        ci_low=lo,
+        ci_high=hi,
+        n=len(blocks),
+        cold_l2=True,
+        cuda_graph=bool(describe.get("cuda_graph", False)),
+        stop_reason=f"paired:{result.stop_reason}",
+        timer="cuda_event" if "steady_sm_mhz" in describe else "host_cpu",
+        calls_per_sample=int(describe.get("calls_per_sample", 1)),
+        total_s=result.seconds,
+    )
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as null: JSON has no NaN, and PostgreSQL's JSONB refuses it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _as_dict(record: ResultRecord) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(record.to_json())
+    return data
+
+
+def entry() -> None:
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    entry()

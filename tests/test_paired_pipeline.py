@@ -1,0 +1,128 @@
+"""Paired mode through the worker: a PR's head and its merge-base in one run.
+
+One real Celery worker process (embedded broker, SQLite) executes runs with
+``paired`` set: it builds the baseline commit too, and the suite runs through
+``kernels/paired_suite.py`` (two side processes, interleaved blocks). The demo
+library's slow commit must come out as a regression with an interval, its broken
+commit as broken, and a library whose kernels raise, hang and crash must cost
+one case each with the sides restarted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from kernelwatch.db.models import Regression
+from kernelwatch.jobs.demo import create_demo_repository, start_worker
+from kernelwatch.jobs.planning import RunRequest, plan
+from kernelwatch.jobs.render import render_comment
+from kernelwatch.jobs.verdicts import CommitVerdict, class_verdict
+from tests.helpers import BAD_KERNELS, library_files, make_repo
+from tests.test_pipeline import GOOD_INIT, Env
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    e = Env(tmp_path_factory.mktemp("paired"))
+    worker = start_worker(e.settings, name="paired")
+    yield e
+    worker.terminate()
+    worker.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    repo = tmp_path_factory.mktemp("demo") / "tinykern"
+    commits = create_demo_repository(repo)
+    return {"source": str(repo), **{c.role: c.sha for c in commits}}
+
+
+def paired(env: Env, source: str, head: str, base: str, **opts: object) -> list[int]:
+    req = RunRequest(
+        source=source,
+        commits=[head],
+        baseline=base,
+        measure_baseline=False,
+        trigger="pull_request",
+        options={"paired": True, **opts},
+    )
+    return [p.id for p in plan(env.factory, env.settings, env.app, req)]
+
+
+def test_a_slow_commit_is_a_paired_regression_with_its_interval(
+    env: Env, demo: dict[str, str]
+) -> None:
+    ids = paired(
+        env,
+        demo["source"],
+        demo["slow"],
+        demo["baseline"],
+        bench_args=["--kernel", "rmsnorm", "--kernel", "softmax"],
+    )
+    (run,) = env.wait(ids)
+    assert run.status == "succeeded", run.error
+    assert "paired mode: building baseline" in run.build_log
+    res = env.results(run.id)
+    slow, same = res["rmsnorm"], res["softmax"]
+    assert slow.verdict == "regression", slow.record["paired"]
+    assert slow.ratio is not None and slow.ratio > 2  # the demo's rmsnorm is ~6x slower
+    assert slow.ratio_ci_low is not None and slow.ratio_ci_low > 1
+    assert slow.record["paired"]["baseline_library"]["commit"] == demo["baseline"]
+    assert same.verdict in ("unchanged", "inconclusive"), same.record["paired"]
+    assert run.verdict == "fail"
+    with env.factory() as s:
+        kinds = [r.kind for r in s.scalars(select(Regression).where(Regression.run_id == run.id))]
+        assert kinds == ["regression"]
+        loaded = s.get(type(run), run.id)
+        assert loaded is not None
+        view = class_verdict(s, loaded)
+    assert view.state == "failure"  # no "nothing compared": the baseline ran in this run
+    [moved] = view.moved
+    assert moved.kernel == "rmsnorm" and moved.baseline_median_s and moved.median_s
+    assert moved.median_s > 2 * moved.baseline_median_s
+    comment = render_comment(
+        CommitVerdict("demo/tinykern", demo["slow"], (view,)), dashboard_url="https://kw.test"
+    )
+    assert "paired A/B" in comment and "rmsnorm" in comment
+
+
+def test_a_wrong_result_is_broken_and_never_timed(env: Env, demo: dict[str, str]) -> None:
+    (run,) = env.wait(
+        paired(
+            env,
+            demo["source"],
+            demo["broken"],
+            demo["baseline"],
+            bench_args=["--kernel", "softmax"],
+        )
+    )
+    res = env.results(run.id)["softmax"]
+    assert res.status == "fail" and res.verdict == "broken"
+    assert "rel L2 error" in res.error
+    assert res.median_s is None and res.record["timing"] is None
+    assert run.verdict == "fail"
+
+
+def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
+    env: Env, tmp_path: Path
+) -> None:
+    src = tmp_path / "badkern"
+    good = make_repo(src, library_files("badkern", GOOD_INIT), "good kernels")
+    bad = make_repo(src, library_files("badkern", BAD_KERNELS), "bad kernels")
+    (run,) = env.wait(
+        paired(env, str(src), bad, good, bench_args=["--budget", "0.2"], case_timeout_s=8)
+    )
+    assert run.status == "succeeded", run.error
+    res = env.results(run.id)
+    assert res["softmax"].status == "error" and "exploded on purpose" in res["softmax"].error
+    assert res["rmsnorm"].status == "error" and "did not answer" in res["rmsnorm"].error
+    assert res["matmul"].status == "error" and "died" in res["matmul"].error
+    assert res["attention"].status == "pass"  # the sides were restarted for it
+    assert res["attention"].verdict in ("unchanged", "inconclusive", "improvement", "regression")
+    assert run.verdict == "error"
