@@ -21,7 +21,28 @@ METRICS = {
     "time": "time per call (lower is better)",
     "tflops": "TFLOP/s (higher is better)",
     "gbps": "GB/s (higher is better)",
+    "pct": "% of the GPU's measured peak (higher is better)",
 }
+VERSION_PREFIX = "version:"  # released versions are stored as pseudo-commits (jobs/planning)
+
+
+def version_of(sha: str) -> str | None:
+    """``version:flashinfer-python==0.5.3`` -> ``0.5.3``; None for a real commit."""
+    if not isinstance(sha, str) or not sha.startswith(VERSION_PREFIX):
+        return None
+    return sha[len(VERSION_PREFIX) :].split("==", 1)[-1]
+
+
+def version_key(v: str) -> tuple[Any, ...]:
+    """Release order (PEP 440 where it parses: 0.10 after 0.9, rc before final)."""
+    try:
+        from packaging.version import Version
+
+        return (0, Version(v))
+    except Exception:
+        return (1, v)
+
+
 MARKERS = ["ok", "throttled", "improvement", "regression", "broken"]
 MARKER_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#000000"]
 MARKER_SHAPES = ["circle", "triangle-up", "square", "diamond", "cross"]
@@ -50,13 +71,14 @@ def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
     med = out["median_s"].astype(float)
     lo_s = out["ci_low_s"].astype(float)
     hi_s = out["ci_high_s"].astype(float)
-    if metric == "tflops" or metric == "gbps":
-        rate = out[metric].astype(float)
+    if metric in ("tflops", "gbps", "pct"):
+        column = "pct_of_peak" if metric == "pct" else metric
+        rate = (out[column] if column in out else pd.Series(np.nan, index=out.index)).astype(float)
         out["value"] = rate
         # Throughput is work / time: the time interval maps inverted onto the rate.
         out["low"] = rate * med / hi_s
         out["high"] = rate * med / lo_s
-        unit = "TFLOP/s" if metric == "tflops" else "GB/s"
+        unit = {"tflops": "TFLOP/s", "gbps": "GB/s", "pct": "% of peak"}[metric]
     else:
         typical = float(np.nanmedian(med)) if med.notna().any() else math.nan
         unit, factor = fmt.time_unit(typical)
@@ -73,11 +95,27 @@ def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
     out["when"] = out["committed_at"].map(
         lambda t: t.strftime("%Y-%m-%d %H:%M") if pd.notna(t) else ""
     )
+    out["version"] = out["sha"].map(version_of)
     return out, unit
 
 
-def trend_chart(df: pd.DataFrame, metric: str) -> ChartSpec:
+def version_axis(data: pd.DataFrame) -> list[str] | None:
+    """The released versions of the points in release order, if every point is a version."""
+    versions = data["version"] if "version" in data else pd.Series(dtype=object)
+    if len(data) == 0 or versions.isna().any():
+        return None
+    return sorted({str(v) for v in versions}, key=version_key)
+
+
+def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = None) -> ChartSpec:
+    """Median with its interval band per case, flagged points, and change points.
+
+    x is the commit's first-parent position, or, when every point is a released
+    version, the version in release order. ``changes``: rows of (case_id, label,
+    sequence, version, direction, magnitude) from the history detector.
+    """
     data, unit = trend_frame(df, metric)
+    versions = version_axis(data)
     data = data[
         [
             "sequence",
@@ -95,15 +133,22 @@ def trend_chart(df: pd.DataFrame, metric: str) -> ChartSpec:
             "verdict",
             "run_id",
             "error",
+            "version",
         ]
     ]
     several = data["case_id"].nunique() > 1
-    x = alt.X(
-        "sequence:Q",
-        title="commit (first-parent order)",
-        axis=alt.Axis(format="d", tickMinStep=1),
-        scale=alt.Scale(zero=False, nice=False),
-    )
+    x: Any
+    if versions is not None:
+        x = alt.X("version:O", title="released version", sort=versions)
+        x_field = "version:O"
+    else:
+        x = alt.X(
+            "sequence:Q",
+            title="commit (first-parent order)",
+            axis=alt.Axis(format="d", tickMinStep=1),
+            scale=alt.Scale(zero=False, nice=False),
+        )
+        x_field = "sequence:Q"
     y_title = f"{METRICS.get(metric, metric).split(' (')[0]} [{unit}]"
     series = alt.Color("label:N", title="case") if several else alt.value("#4c78a8")
     tooltip = [
@@ -147,7 +192,7 @@ def trend_chart(df: pd.DataFrame, metric: str) -> ChartSpec:
             alt.Chart(flagged)
             .mark_rule(strokeDash=[4, 3], opacity=0.6)
             .encode(
-                x="sequence:Q",
+                x=x_field,
                 color=alt.condition(
                     alt.datum.marker == "broken",
                     alt.value(MARKER_COLORS[4]),
@@ -157,7 +202,29 @@ def trend_chart(df: pd.DataFrame, metric: str) -> ChartSpec:
             )
         )
         layers.insert(0, rules)
+    if changes is not None and len(changes):
+        marks = changes.assign(
+            change=[
+                f"{d} {m * 100:+.1f} %"
+                for d, m in zip(changes["direction"], changes["magnitude"], strict=True)
+            ]
+        )
+        layers.insert(
+            0,
+            alt.Chart(marks)
+            .mark_rule(strokeWidth=2, opacity=0.5, color=CHANGE_COLOR)
+            .encode(
+                x=x_field,
+                tooltip=[
+                    alt.Tooltip("label:N", title="case"),
+                    alt.Tooltip("change:N", title="change point"),
+                ],
+            ),
+        )
     return alt.layer(*layers).properties(height=380)
+
+
+CHANGE_COLOR = "#9467bd"
 
 
 def heatmap_chart(

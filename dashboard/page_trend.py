@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav
+from kernelwatch.jobs.detect import detect
 
 MAX_SERIES = 12
 ANY = "(all)"
@@ -52,7 +53,12 @@ def render(url: str) -> None:
         list(charts.METRICS),
         horizontal=True,
         index=nav.index_of(list(charts.METRICS), nav.param("metric")),
-        format_func=lambda m: {"time": "time", "tflops": "TFLOP/s", "gbps": "GB/s"}[m],
+        format_func=lambda m: {
+            "time": "time",
+            "tflops": "TFLOP/s",
+            "gbps": "GB/s",
+            "pct": "% of peak",
+        }[m],
     )
     cases = cached.cases_for(url, repo, device)
     if cases.empty:
@@ -105,17 +111,62 @@ def render(url: str) -> None:
     if data.empty:
         st.info("No measurements of this case on this device class yet.")
         return
+    is_version = data["sha"].map(lambda s: charts.version_of(s) is not None)
+    if is_version.any() and not is_version.all():
+        axes = ["commits", "released versions"]
+        axis = st.radio(
+            "x axis", axes, horizontal=True, index=nav.index_of(axes, nav.param("axis"))
+        )
+        nav.set_params({"axis": axis})
+        data = data[is_version if axis == "released versions" else ~is_version]
+        data = data.reset_index(drop=True)
     if single:
         st.subheader(f"{kernel} · {matching['label'].iloc[0]}")
     else:
         st.subheader(f"{kernel} · {len(matching)} cases")
-    st.altair_chart(charts.trend_chart(data, metric), width="stretch")
+    changes = change_points(data)
+    st.altair_chart(charts.trend_chart(data, metric, changes), width="stretch")
+    if len(changes):
+        st.markdown(
+            "**Change points:** "
+            + " · ".join(
+                f"{row.version or f'commit #{row.sequence}'}: {row.direction} "
+                f"{row.magnitude * 100:+.1f} % ({row.label})"
+                for row in changes.itertuples()
+            )
+        )
     st.caption(
         "Band: confidence interval of the median. ◆ red: regression flagged at "
         "that commit · + black: broken (correctness failed or error), drawn at the last "
-        "good value · ▲ orange: measured on a throttled GPU (never a regression)."
+        "good value · ▲ orange: measured on a throttled GPU (never a regression) · "
+        "purple line: a change point of the history (`kernelwatch detect`, the detector "
+        "the service uses)."
     )
     _points_table(data, metric, repo)
+
+
+def change_points(data: pd.DataFrame) -> pd.DataFrame:
+    """Change points of each case's median time over its good, reliable points."""
+    rows = []
+    for cid, series in data.groupby("case_id", sort=False):
+        good = series[
+            (series["status"] == "pass") & series["median_s"].notna() & series["reliable"]
+        ]
+        if len(good) < 8:  # two segments of the detector's minimum length
+            continue
+        for cp in detect(good["median_s"].astype(float).to_numpy(), lower_is_better=True):
+            at = good.iloc[cp.index]
+            rows.append(
+                {
+                    "case_id": cid,
+                    "label": at["label"],
+                    "sequence": at["sequence"],
+                    "version": charts.version_of(at["sha"]),
+                    "direction": cp.direction,
+                    "magnitude": cp.magnitude,
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def _param_filters(
@@ -163,7 +214,10 @@ def _points_table(data: pd.DataFrame, metric: str, repo: int) -> None:
         table = pd.DataFrame(
             {
                 "seq": frame["sequence"],
-                "commit": frame["short_sha"],
+                "commit": [
+                    v if isinstance(v, str) else c
+                    for v, c in zip(frame["version"], frame["short_sha"], strict=True)
+                ],
                 "message": frame["subject"],
                 "date": frame["when"],
                 "case": frame["label"],

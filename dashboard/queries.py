@@ -330,6 +330,7 @@ def trend(
             Result.ci_high_s,
             Result.tflops,
             Result.gbps,
+            Result.record["throughput"]["pct_of_peak"].as_float().label("pct_of_peak"),
             Result.reliable,
             Result.ratio,
             Result.error,

@@ -324,6 +324,61 @@ def build_history(session: Session, seed: int = 7) -> History:
     return h
 
 
+RELEASES = [f"0.{i}.0" for i in range(1, 13)]  # 0.10.0 must sort after 0.9.0
+RELEASE_STEP = "0.8.0"  # decode 25 % slower from here on
+
+
+def add_release_history(session: Session, seed: int = 11) -> tuple[int, str]:
+    """A library measured at released versions only (pseudo-commits ``version:…``)."""
+    rng = random.Random(seed)
+    repo = Repository(name="flashinfer-python", source="flashinfer-python", created=T0)
+    session.add(repo)
+    session.flush()
+    params = {"batch": 64, "dtype": "float16", "kv_len": 4096, "page_size": 16}
+    case = Case(
+        id=case_id("decode_paged", "flashinfer", params),
+        suite="decode",
+        kernel="decode_paged",
+        backend="flashinfer",
+        params=params,
+        label="batch=64, dtype=float16, kv_len=4096, page_size=16",
+    )
+    session.add(case)
+    previous = None
+    for i, version in enumerate(RELEASES):
+        sha = f"version:flashinfer-python=={version}"
+        commit = Commit(
+            repository_id=repo.id,
+            sha=sha,
+            message=f"flashinfer-python {version}",
+            author="",
+            committed_at=T0 + timedelta(days=i),
+            sequence=i + 1,
+            parents=[CommitParent(position=0, parent_sha=previous)] if previous else [],
+        )
+        session.add(commit)
+        session.flush()
+        run = Run(
+            repository_id=repo.id,
+            commit_id=commit.id,
+            suites=["decode"],
+            trigger="manual",
+            status="succeeded",
+            verdict="pass",
+            device_class="h200",
+            queue="gpu.h200",
+            version_spec=f"flashinfer-python=={version}",
+            created=T0 + timedelta(days=i),
+        )
+        session.add(run)
+        session.flush()
+        slow = RELEASES.index(version) >= RELEASES.index(RELEASE_STEP)
+        median = 100e-6 * (1.25 if slow else 1.0)
+        session.add(_result(rng, run, case, median, 1e9, 1e9, sha=sha))
+        previous = sha
+    return repo.id, case.id
+
+
 def fill(url: str) -> History:
     """Migrate the database at ``url`` to head and write the history into it."""
     from kernelwatch.db.migrate import upgrade

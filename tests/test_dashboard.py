@@ -27,7 +27,14 @@ from kernelwatch.db.models import Regression
 from kernelwatch.db.session import make_engine, session_factory
 from kernelwatch.db.triage import TriageEvent, history
 from tests.conftest import create_pg_database, drop_pg_database
-from tests.conftest_dashboard import History, fill, make_database
+from tests.conftest_dashboard import (
+    RELEASE_STEP,
+    RELEASES,
+    History,
+    add_release_history,
+    fill,
+    make_database,
+)
 
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
 DEMO_DB = Path("/tmp/kwdemo1/kernelwatch.db")
@@ -229,6 +236,26 @@ def test_trend_slice_of_the_shape_grid(db: tuple[str, History]) -> None:
     assert at.subheader[0].value == "attention · 2 cases"
     assert len(frames(at)[0]) == 8
     assert "case" not in at.query_params
+
+
+def test_trend_over_released_versions_with_a_change_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "releases.db"
+    upgrade(f"sqlite:///{path}")
+    engine = make_engine(f"sqlite:///{path}")
+    with session_factory(engine)() as session, session.begin():
+        repo, case = add_release_history(session)
+    engine.dispose()
+    _use(path, monkeypatch)
+    at = open_page("trend", repo=repo, device="h200", case=case)
+    points = frames(at)[0]
+    assert list(points["commit"]) == RELEASES  # release order: 0.10.0 after 0.9.0
+    assert at.get("vega_lite_chart")
+    shown = texts(at)
+    assert f"{RELEASE_STEP}: regression +25" in shown  # the detector's change point
+    at = open_page("trend", repo=repo, device="h200", case=case, metric="pct")
+    assert frames(at)[0].columns[5] == "median [% of peak]"
 
 
 # --------------------------------------------------------------------------- regressions
