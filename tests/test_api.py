@@ -226,3 +226,32 @@ def test_kernelwatch_api_command_serves_on_loopback(api_process: str) -> None:
     )  # fmt: skip
     assert r.status_code == 200 and r.json()["status"] == "pong"
     assert httpx.get(api_process + "/openapi.json").json()["info"]["title"] == "kernelwatch"
+
+
+def test_metrics_live_workers_and_gpu_busy_fraction(sqlite_url: str, tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from kernelwatch.db.fleet import WorkerHeartbeat
+    from kernelwatch.db.models import Run
+
+    factory: sessionmaker[Session] = sessionmaker(bind=engine_for(sqlite_url))
+    seed(factory, verdict="pass", classes=("h100",))
+    now = datetime.now(UTC)
+    with factory() as s, s.begin():
+        for name, state in (("gpu0", "busy"), ("gpu1", "idle")):
+            s.add(WorkerHeartbeat(name=name, device_class="h100", state=state, last_seen=now))
+        s.add(WorkerHeartbeat(name="old", device_class="h100", state="idle",
+                              last_seen=now - timedelta(hours=2)))  # fmt: skip
+        runs = s.query(Run).order_by(Run.id).all()
+        # 30 min of a finished run and 15 min of a running one in the last hour, 2 GPUs
+        runs[0].started, runs[0].finished = now - timedelta(minutes=50), now - timedelta(minutes=20)
+        runs[1].status, runs[1].started, runs[1].finished = (
+            "running",
+            now - timedelta(minutes=15),
+            None,
+        )
+    text = TestClient(make_app(sqlite_url, tmp_path)).get("/metrics").text
+    assert 'kernelwatch_workers{device_class="h100",state="busy"} 1.0' in text
+    assert 'kernelwatch_workers{device_class="h100",state="idle"} 1.0' in text  # "old" is gone
+    line = next(x for x in text.splitlines() if x.startswith("kernelwatch_gpu_busy_fraction"))
+    assert abs(float(line.split()[-1]) - 45 / 120) < 0.01

@@ -6,6 +6,11 @@
   (LLEN of the queue and its priority sub-queues); absent for other brokers.
 - ``kernelwatch_run_duration_seconds{device_class}``: histogram of started → finished of
   runs that finished in the last 24 hours.
+- ``kernelwatch_workers{device_class,state}``: live workers (heartbeat within 2 minutes)
+  by state (idle, busy, unhealthy).
+- ``kernelwatch_gpu_busy_fraction{device_class}``: of the last hour, the share the live
+  workers of a class spent measuring (run time overlapping the hour ÷ workers × 1 h).
+  Low with a deep queue means workers are missing for that class; near 1, more GPUs.
 - ``kernelwatch_webhook_deliveries_total{event,outcome}`` and
   ``kernelwatch_webhook_seconds``: this process's webhook traffic.
 
@@ -27,10 +32,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
+from kernelwatch.db.fleet import live_workers
 from kernelwatch.db.models import RUN_STATES, Run
 
 log = logging.getLogger(__name__)
 
+BUSY_WINDOW_S = 3600.0
 DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
 PRIORITY_SEP = "\x06\x16"  # kombu's Redis transport: queue + SEP + priority step
 PRIORITY_STEPS = (0, 3, 6, 9)
@@ -108,6 +115,43 @@ class DatabaseCollector(Collector):
             buckets.append(("+Inf", float(len(values))))
             hist.add_metric([dc], buckets, sum_value=sum(values))
         yield hist
+        yield from self._fleet(now)
+
+    def _fleet(self, now: datetime) -> Iterator[Metric]:
+        window = timedelta(seconds=BUSY_WINDOW_S)
+        with self.factory() as session:
+            live = live_workers(session)
+            spans = session.execute(
+                select(Run.device_class, Run.started, Run.finished).where(
+                    Run.started.is_not(None),
+                    (Run.finished.is_(None)) | (Run.finished >= now - window),
+                    Run.status.in_(("running", "succeeded", "failed", "error", "cancelled")),
+                )
+            ).all()
+        workers = GaugeMetricFamily(
+            "kernelwatch_workers", "Live workers by state", labels=["device_class", "state"]
+        )
+        per_class: dict[str, int] = {}
+        counts: dict[tuple[str, str], int] = {}
+        for w in live:
+            counts[(w.device_class, w.state)] = counts.get((w.device_class, w.state), 0) + 1
+            per_class[w.device_class] = per_class.get(w.device_class, 0) + 1
+        for (dc, state), n in sorted(counts.items()):
+            workers.add_metric([dc, state], n)
+        yield workers
+        busy = GaugeMetricFamily(
+            "kernelwatch_gpu_busy_fraction",
+            "Share of the last hour the live workers of a class spent measuring",
+            labels=["device_class"],
+        )
+        for dc, n in sorted(per_class.items()):
+            spent = sum(
+                busy_seconds(started, finished, now, window)
+                for c, started, finished in spans
+                if c == dc
+            )
+            busy.add_metric([dc], min(1.0, spent / (n * window.total_seconds())))
+        yield busy
 
     def _queue_depth(self, queues: list[str]) -> Metric:
         import redis
@@ -138,6 +182,17 @@ class DatabaseCollector(Collector):
         for i, q in enumerate(queues):
             depth.add_metric([q], float(sum(int(x) for x in lengths[i * n : (i + 1) * n])))
         return depth
+
+
+def busy_seconds(
+    started: datetime | None, finished: datetime | None, now: datetime, window: timedelta
+) -> float:
+    """Seconds of [started, finished or now] inside the window that ends now."""
+    if started is None:
+        return 0.0
+    begin = max(_aware(started), now - window)
+    end = min(_aware(finished) if finished is not None else now, now)
+    return max(0.0, (end - begin).total_seconds())
 
 
 def _aware(value: datetime) -> datetime:
