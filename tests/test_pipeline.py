@@ -235,3 +235,27 @@ def test_a_version_that_does_not_exist_fails_with_pips_reason(env: Env, tmp_path
     assert run.status == "failed"
     assert "kwlib==9.9" in run.build_log or "kwlib" in run.error
     assert run.verdict == "error"
+
+
+def test_build_profile_follows_the_trigger_and_environments_are_cached(
+    env: Env, tmp_path: Path
+) -> None:
+    src = tmp_path / "proflib"
+    files = library_files("proflib", GOOD_INIT, recipe="pythonpath")
+    files[".kernelwatch.toml"] += (
+        '\n[install.profile_for]\npull_request = "fast"\n'
+        '[install.profiles.fast]\nenv = { PROFLIB_FAST = "1" }\n'
+    )
+    sha = make_repo(src, files)
+    first, again = (
+        env.wait(env.plan(str(src), [sha], bench_args=["--kernel", "softmax"]))[0] for _ in range(2)
+    )
+    req = RunRequest(
+        source=str(src), commits=[sha], measure_baseline=False, trigger="pull_request",
+        options={"bench_args": ["--kernel", "softmax"]},
+    )  # fmt: skip
+    (pr,) = env.wait([p.id for p in plan(env.factory, env.settings, env.app, req)])
+    assert first.status == again.status == pr.status == "succeeded"
+    assert "(default profile)" in first.build_log and "built in" in first.build_log
+    assert "cached environment (default profile)" in again.build_log
+    assert "(fast profile)" in pr.build_log  # profile_for maps the trigger

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.store import store_record, stored_case_ids
-from kernelwatch.jobs import libspec, repoconfig
+from kernelwatch.jobs import libspec, recipes, repoconfig
 from kernelwatch.jobs.analysis import analyze_ready, run_thresholds
 from kernelwatch.jobs.errors import (
     CommitNotFound,
@@ -44,7 +44,7 @@ from kernelwatch.jobs.errors import (
     SourceError,
 )
 from kernelwatch.jobs.gitrepo import Mirror
-from kernelwatch.worker import environment, venvs
+from kernelwatch.worker import submodules, venvs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env
@@ -83,6 +83,7 @@ def execute(
         run_options = dict(run.options)
         version_spec = run.version_spec
         baseline_sha = run.baseline_sha
+        trigger = run.trigger
     workdir = settings.data_dir / "work" / f"run-{run_id}"
     mirror: Mirror | None = None
     checkout = workdir / "src"
@@ -101,7 +102,7 @@ def execute(
                 raise CommitNotFound(f"commit {sha} not found in {source}")
             config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
             _note_config(factory, run_id, config)
-            env = _commit_env(factory, settings, run_id, mirror, sha, config, checkout)
+            env, recipe = _commit_env(factory, settings, run_id, mirror, sha, run_options, trigger)
             library = {
                 "name": config.library_name or mirror.source.rsplit("/", 1)[-1],
                 "commit": sha,
@@ -110,7 +111,7 @@ def execute(
             req = SuiteRequest(
                 python=env.python,
                 pythonpath=env.pythonpath,
-                env=clean_env(config.install.env),
+                env=clean_env(recipe.env),
                 workdir=workdir / "suite",
                 suites=suites if run_options.get("suites_explicit") else list(config.suites),
                 impl=config.module,
@@ -122,7 +123,7 @@ def execute(
             )
             if run_options.get("paired") and baseline_sha:
                 req = _paired_request(
-                    factory, settings, run_id, mirror, baseline_sha, env, req, workdir
+                    factory, settings, run_id, mirror, baseline_sha, env, req, run_options, trigger
                 )
         already = _stored(factory, run_id)
         req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
@@ -146,10 +147,8 @@ def execute(
     except (SourceError, CommitNotFound, ConfigError) as exc:
         return _finish(factory, settings, run_id, "error", str(exc))
     finally:
-        if mirror is not None:
-            for tree in (checkout, workdir / "baseline-src"):
-                if tree.exists():
-                    mirror.remove_worktree(tree)
+        if mirror is not None and checkout.exists():
+            mirror.remove_worktree(checkout)
 
 
 def _commit_env(
@@ -158,16 +157,38 @@ def _commit_env(
     run_id: int,
     mirror: Mirror,
     sha: str,
-    config: repoconfig.RepoConfig,
-    checkout: Path,
-) -> environment.Environment:
-    """Check ``sha`` out and make its library importable with its own install recipe."""
-    mirror.worktree(sha, checkout)
-    env = environment.prepare(
-        config.install, checkout, settings.data_dir / "envs", sha, settings.install_timeout_s
+    options: dict[str, Any],
+    trigger: str,
+) -> tuple[venvs.Env, recipes.BuildRecipe]:
+    """Build (or reuse) the environment of ``sha`` with its own ``.kernelwatch.toml`` recipe.
+
+    The build profile is the run's ``profile`` option, else the one the recipe maps
+    the trigger to (``profile_for``: e.g. a trimmed FA3 build for PRs, the full one
+    nightly). Environments are cached per (commit, recipe, toolchain) with an LRU
+    size limit and file locks (``worker/venvs.py``); compiles go through ccache;
+    submodules come from the server's mirrors (``KW_SUBMODULE_MIRRORS``).
+    """
+    recipe = recipes.parse(mirror.read_file(sha, ".kernelwatch.toml")).select(
+        options.get("profile"), trigger
     )
-    _append_log(factory, run_id, env.log)
-    return env
+    cache = venvs.EnvCache(settings.data_dir / "venvs", venvs.probe_toolchain())
+    try:
+        env = cache.commit_env(
+            libspec.CommitSpec(mirror.source, sha),
+            recipe,
+            lambda dest: mirror.worktree(sha, dest),
+            mirrors=submodules.parse_mirrors(settings.submodule_mirrors),
+            timeout=settings.install_timeout_s,
+        )
+    except InstallError as exc:
+        raise InstallError(f"install failed ({recipe.profile} profile): {exc}", exc.log) from exc
+    what = "cached environment" if env.cached else f"built in {env.seconds:.0f} s"
+    _append_log(
+        factory,
+        run_id,
+        (env.log or "") + f"{sha[:12]}: {what} ({recipe.profile} profile) at {env.path}\n",
+    )
+    return env, recipe
 
 
 # Runner options the paired coordinator understands too (others concern one side only).
@@ -180,9 +201,10 @@ def _paired_request(
     run_id: int,
     mirror: Mirror,
     baseline_sha: str,
-    candidate: environment.Environment,
+    candidate: venvs.Env,
     req: SuiteRequest,
-    workdir: Path,
+    options: dict[str, Any],
+    trigger: str,
 ) -> SuiteRequest:
     """The run as a paired comparison: the baseline built too, both measured interleaved.
 
@@ -194,11 +216,8 @@ def _paired_request(
         mirror.sync()
     if not mirror.has_commit(baseline_sha):
         raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
-    base_config = repoconfig.parse(mirror.read_file(baseline_sha, ".kernelwatch.toml"))
     _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
-    base = _commit_env(
-        factory, settings, run_id, mirror, baseline_sha, base_config, workdir / "baseline-src"
-    )
+    base, _ = _commit_env(factory, settings, run_id, mirror, baseline_sha, options, trigger)
     with factory() as session:
         run = session.get(Run, run_id)
         assert run is not None
