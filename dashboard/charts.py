@@ -56,7 +56,7 @@ def marker(row: Any) -> str:
         or (row["regression"] == "broken")
     ):
         return "broken"
-    if row["regression"] == "regression" or row["verdict"] == "regression":
+    if row["regression"] in ("regression", "changepoint") or row["verdict"] == "regression":
         return "regression"
     if not bool(row["reliable"]):
         return "throttled"

@@ -109,6 +109,8 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
 def magnitude(r: dict[str, Any]) -> str:
     if r["kind"] == "broken":
         return f"broken: {fmt.first_line(r['detail'], 80) or 'correctness failed'}"
+    if r["kind"] == "changepoint":  # from the history detector: no pairwise interval
+        return fmt.first_line(r["detail"], 80)
     return f"{fmt.change(r['ratio'], r['ratio_ci_low'], r['ratio_ci_high'])}"
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Regression, Result, Run
 from kernelwatch.db.store import latest_run_for
+from kernelwatch.jobs import history
 from kernelwatch.jobs.repoconfig import Thresholds
 from kernelwatch.jobs.stats import compare
 
@@ -26,6 +27,7 @@ def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
     judged = []
     if analyze(session, run, settings):
         judged.append(run)
+        history.scan_run(session, run, run_thresholds(run, settings).default)
     if run.commit is not None:
         waiting = session.scalars(
             select(Run).where(
@@ -58,7 +60,7 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
     if baseline is not None and baseline.status == "succeeded":
         run.baseline_run_id = baseline.id
         base_results = {r.case_id: r for r in baseline.results}
-    session.query(Regression).filter(Regression.run_id == run.id).delete()
+    _clear_verdict_rows(session, run)
     verdicts = []
     for result in run.results:
         verdicts.append(
@@ -130,6 +132,13 @@ def _judge(
     return verdict
 
 
+def _clear_verdict_rows(session: Session, run: Run) -> None:
+    """Forget the run's pairwise verdict rows before judging again (history's stay)."""
+    session.query(Regression).filter(
+        Regression.run_id == run.id, Regression.kind.in_(("regression", "broken"))
+    ).delete(synchronize_session=False)
+
+
 def run_verdict(verdicts: list[str]) -> str:
     """A run fails on any regression or broken case; an error anywhere makes it error."""
     if any(v == "error" for v in verdicts):
@@ -170,7 +179,7 @@ def _analyze_paired(session: Session, run: Run, thresholds: Thresholds) -> bool:
     The interval there comes from baseline and candidate interleaved on one GPU;
     recomputing it from two separate sample sets would throw that pairing away.
     """
-    session.query(Regression).filter(Regression.run_id == run.id).delete()
+    _clear_verdict_rows(session, run)
     verdicts = [
         _judge_paired(session, run, result, _threshold_of(thresholds, result))
         for result in run.results

@@ -564,3 +564,12 @@ def test_real_demo_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     last = int(frames(runs)[0]["open"].iloc[0].rsplit("=", 1)[1])
     at = open_page("run", run=last)
     assert "Broken: softmax" in at.error[0].value
+
+
+def test_a_history_changepoint_reads_as_its_detail() -> None:
+    from kernelwatch.dashboard.page_regressions import magnitude
+
+    detail = "history: level +4.0 % from 00000000000a on (change point over 18 commits)"
+    row = {"kind": "changepoint", "ratio": 1.04, "ratio_ci_low": None, "ratio_ci_high": None}
+    row["detail"] = detail
+    assert magnitude(row).startswith("history: level +4.0 %")

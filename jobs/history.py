@@ -1,0 +1,87 @@
+"""The history as a second signal: change points on a branch's measurements.
+
+A pairwise verdict sees one commit against its parent; a slow drift, or a step
+smaller than one comparison's interval, shows only in the series. After each
+run of branch history (pushes, nightly, manual runs — not pull requests), the
+last ``WINDOW`` measurements of each of the run's cases on that GPU class go
+through ``kernelwatch detect``'s detector (``jobs/detect.py``). A regression
+step is recorded as a ``Regression`` of kind ``changepoint`` at the commit where
+the new level starts, once, with its magnitude and p-value; the dashboard lists
+it with the pairwise ones. The detector needs ``min_segment`` points on each
+side, so a step is confirmed a few commits after it happened; that delay is the
+price of not alarming on one noisy point.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.jobs.detect import detect
+
+WINDOW = 60
+HISTORY_TRIGGERS = ("push", "nightly", "manual", "backfill")
+
+
+def scan_run(session: Session, run: Run, min_effect: float) -> list[Regression]:
+    """Record new change points in the histories of ``run``'s cases; returns them."""
+    if run.trigger not in HISTORY_TRIGGERS or run.status != "succeeded" or run.commit is None:
+        return []
+    case_ids = [r.case_id for r in run.results if r.status == "pass"]
+    if not case_ids:
+        return []
+    rows = session.execute(
+        select(Result.case_id, Result.median_s, Result.run_id, Commit.sequence, Commit.sha)
+        .join(Run, Result.run_id == Run.id)
+        .join(Commit, Run.commit_id == Commit.id)
+        .where(
+            Run.repository_id == run.repository_id,
+            Run.device_class == run.device_class,
+            Run.trigger.in_(HISTORY_TRIGGERS),
+            Run.status == "succeeded",
+            Result.case_id.in_(case_ids),
+            Result.status == "pass",
+            Result.reliable.is_(True),
+            Result.median_s.is_not(None),
+            Commit.sequence <= run.commit.sequence,
+        )
+        .order_by(Commit.sequence.desc(), Result.run_id.desc())
+    ).all()
+    series: dict[str, list[tuple[int, float, int, str]]] = {}
+    for case_id, median, run_id, sequence, sha in rows:
+        if median is None or sequence is None:
+            continue
+        points = series.setdefault(case_id, [])
+        if len(points) >= WINDOW or (points and points[-1][0] == sequence):
+            continue  # enough history, or an older run of the same commit
+        points.append((sequence, float(median), run_id, sha))
+    found: list[Regression] = []
+    for case_id, points in series.items():
+        points.reverse()  # oldest first
+        for cp in detect([p[1] for p in points], lower_is_better=True, min_effect=min_effect):
+            if cp.direction != "regression":
+                continue
+            _, _, at_run, sha = points[cp.index]
+            exists = session.scalar(
+                select(Regression.id).where(
+                    Regression.run_id == at_run, Regression.case_id == case_id
+                )
+            )
+            if exists is not None:
+                continue  # already flagged there (pairwise or by an earlier scan)
+            reg = Regression(
+                run_id=at_run,
+                case_id=case_id,
+                kind="changepoint",
+                ratio=1 + cp.magnitude,
+                p_value=cp.p_value,
+                detail=(
+                    f"history: level {cp.magnitude * 100:+.1f} % from {sha[:12]} on "
+                    f"(change point over {len(points)} commits, p={cp.p_value:.2g})"
+                ),
+            )
+            session.add(reg)
+            found.append(reg)
+    session.flush()
+    return found
