@@ -137,6 +137,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.importer import ImportRequest, import_records
+    from kernelwatch.jobs.report import run_summary
+
+    req = ImportRequest(
+        path=Path(args.records),
+        repository=args.repo,
+        commit=args.commit,
+        device_class=args.device_class,
+        parent=args.parent,
+        message=args.message or "",
+    )
+    from kernelwatch.db.models import Run
+
+    factory = _factory()
+    run_id = import_records(factory, _settings(), req)
+    with factory() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        summary = run_summary(session, run)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(f"imported {req.path} as run {run_id} ({run.verdict or 'not judged'})")
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from kernelwatch.db.models import Run
     from kernelwatch.jobs.report import format_run, run_summary
@@ -314,6 +341,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=3600)
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_run)
+
+    im = sub.add_parser(
+        "import", help="store result records measured elsewhere (kernelwatch bench output)"
+    )
+    im.add_argument("records", help="JSON-lines file of result records")
+    im.add_argument("--repo", required=True, help="repository (or library) name")
+    im.add_argument("--commit", required=True, help="commit sha or a label for this run")
+    im.add_argument("--device-class", required=True, help="e.g. h200")
+    im.add_argument("--parent", help="an earlier imported commit to compare with")
+    im.add_argument("--message")
+    im.add_argument("--json", action="store_true")
+    im.set_defaults(func=cmd_import)
 
     s = sub.add_parser("show", help="one run with its per-case results")
     s.add_argument("run", type=int)
