@@ -181,7 +181,7 @@ def _nominal_pct(cal: dict[str, Any], extra: dict[str, Any]) -> float | None:
 
 
 def part_paired(
-    trials: int, budget: float, only: list[str] | None, save: Any = None
+    trials: int, budget: float, only: list[str] | None, save: Any = None, swap: bool = False
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name, spec in PAIRED_KERNELS.items():
@@ -203,8 +203,15 @@ def part_paired(
             for t in range(trials):
                 for cond, extra in conds.items():
                     s = time.perf_counter()
-                    r = compare(a, b, spec["factory"], base, {**base, **extra}, cfg)
-                    trial_log[cond].append({**r.to_dict(), "wall_s": time.perf_counter() - s})
+                    # --swap-roles: odd trials give the baseline to process B, so an
+                    # offset that belongs to a process flips sign and one that belongs
+                    # to the condition does not (docs/measurement.md, runs 5-6)
+                    first, second = (b, a) if swap and t % 2 else (a, b)
+                    r = compare(first, second, spec["factory"], base, {**base, **extra}, cfg)
+                    roles = "BA" if first is b else "AB"
+                    trial_log[cond].append(
+                        {**r.to_dict(), "wall_s": time.perf_counter() - s, "roles": roles}
+                    )
                 print(f"{name}: trial {t + 1}/{trials}", flush=True)
             for cond, log in trial_log.items():
                 flagged = sum(r["verdict"] == "regression" for r in log)
@@ -232,6 +239,12 @@ def part_paired(
                         "nominal_pct": _nominal_pct(cal, conds[cond]),
                         "min_effect": spec["min_effect"],
                         "ratios": [r["ratio"] for r in log],
+                        "roles": [r["roles"] for r in log],
+                        "mean_ratio_by_roles": {
+                            k: statistics.mean(r["ratio"] for r in log if r["roles"] == k)
+                            for k in ("AB", "BA")
+                            if any(r["roles"] == k for r in log)
+                        },
                     }
                 )
         finally:
@@ -251,6 +264,11 @@ def main() -> int:
     p.add_argument("--budget", type=float, default=2.0, help="kernelwatch seconds per case")
     p.add_argument("--paired-budget", type=float, default=3.0)
     p.add_argument("--only", action="append")
+    p.add_argument(
+        "--swap-roles",
+        action="store_true",
+        help="baseline in process B on odd trials (does an offset follow the process?)",
+    )
     args = p.parse_args()
     out: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
@@ -264,7 +282,9 @@ def main() -> int:
         path.write_text(json.dumps(out, indent=1))
 
     if args.part in ("paired", "all"):
-        out["paired"] = part_paired(args.trials, args.paired_budget, args.only, save_paired)
+        out["paired"] = part_paired(
+            args.trials, args.paired_budget, args.only, save_paired, args.swap_roles
+        )
         path.write_text(json.dumps(out, indent=1))
         print(
             f"\n{'kernel':<24}{'cond':<8}{'nominal':>8}{'flag':>6}{'alarm':>6}{'ratio':>9}{'sd':>8}"
@@ -277,6 +297,7 @@ def main() -> int:
                 f"{r['flagged']:>3}/{r['trials']:<2}"
                 f"{r['alarms']:>6}{r['mean_ratio']:>9.4f}{r['sd_ratio'] * 100:>7.3f}%"
                 f"{r['mean_blocks_s']:>9.2f}{r['mean_wall_s']:>8.2f}"
+                + "".join(f"  {k} {v:.4f}" for k, v in r["mean_ratio_by_roles"].items())
             )
     if args.part in ("cv", "all"):
         out["cv"] = part_cv(args.repeats, args.budget, args.only)
