@@ -253,6 +253,7 @@ class PairedResult:
     b_median: float
     group_ratios: list[float] = field(default_factory=list)
     clocks: list[int] = field(default_factory=list)
+    placements: list[int] = field(default_factory=list)  # the placement of each group
     a_blocks: list[float] = field(default_factory=list)  # block medians, seconds per call
     b_blocks: list[float] = field(default_factory=list)
     describe_b: dict[str, Any] = field(default_factory=dict)  # the candidate's sampler
@@ -364,6 +365,7 @@ def compare(
         a_median=stats.median(a_meds),
         b_median=stats.median(b_meds),
         group_ratios=[math.exp(x) for x in logs],
+        placements=placement if k > 1 else [0] * len(logs),
         clocks=clocks,
         a_blocks=a_meds,
         b_blocks=b_meds,

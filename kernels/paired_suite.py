@@ -6,7 +6,10 @@ one library on its ``PYTHONPATH``, set up the same case; each side checks its
 result against the reference first (``runner.checked_case``), so a wrong result
 is never timed; then blocks alternate ABBA/BAAB and the ratio candidate/baseline
 gets an interval and a verdict. An *inconclusive* case is measured again, with
-twice the budget, up to ``--retries`` times.
+twice the budget, up to ``--retries`` times, and the groups of all its attempts
+are judged together (clustered by attempt and placement); ``--fresh-sides``
+starts new side processes for each re-measure, so an offset that belongs to one
+process becomes noise in the interval rather than a bias.
 
 Every case ends as one result record (JSON line, ``record.py`` schema) for the
 candidate, with a ``paired`` section holding the comparison:
@@ -43,6 +46,7 @@ from kernelwatch.kernels.paired import (
     SideError,
     SideTimeout,
     compare,
+    judge,
 )
 from kernelwatch.kernels.plugins import resolve_impl
 from kernelwatch.kernels.record import ResultRecord, Timing, case_id
@@ -106,6 +110,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
     p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
     p.add_argument("--placements", type=int, default=None)
+    p.add_argument(
+        "--fresh-sides",
+        action="store_true",
+        help="new side processes for each re-measure (per-process offsets become noise)",
+    )
     p.add_argument("--case-timeout", type=float, default=300.0, help="per set-up or block")
     p.add_argument("--library", default="{}", help="JSON of the candidate library")
     p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
@@ -150,7 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "impl": args.impl,
                     "backend": backend,
                 }
-                record = measure_case(sides, spec, suite, cid, backend, params, cfg, args.retries)
+                record = measure_case(
+                    sides, spec, suite, cid, backend, params, cfg, args.retries, args.fresh_sides
+                )
                 record["library"] = json.loads(args.library)
                 record["paired"]["baseline_library"] = json.loads(args.baseline_library)
                 out.write(json.dumps(_finite(record), sort_keys=True, default=str) + "\n")
@@ -175,6 +186,11 @@ class _Sides:
         path = os.pathsep.join([p for p in self.paths[name].split(os.pathsep) if p] + own)
         return Side(name, python=self.pythons[name], env={"PYTHONPATH": path})
 
+    def restart(self) -> None:
+        for name, side in self.sides.items():
+            side.close()
+            self.sides[name] = self._start(name)
+
     def pair(self) -> tuple[Side, Side]:
         for name, side in self.sides.items():
             if not side.alive():
@@ -196,6 +212,7 @@ def measure_case(
     params: dict[str, Any],
     cfg: PairedConfig,
     retries: int,
+    fresh_sides: bool = False,
 ) -> dict[str, Any]:
     """One case to one candidate record with a ``paired`` section."""
     from kernelwatch.kernels.runner import blank_record
@@ -204,11 +221,25 @@ def measure_case(
     paired: dict[str, Any] = {"verdict": "error", "attempts": 0}
     budget = cfg.budget_s
     result: PairedResult | None = None
+    logs: list[float] = []
+    clusters: list[int] = []
     try:
         for attempt in range(retries + 1):
+            if attempt and fresh_sides:
+                sides.restart()  # a process's own offset becomes noise across attempts
             a, b = sides.pair()
             paired["attempts"] = attempt + 1
             result = compare(a, b, FACTORY, params, params, _with_budget(cfg, budget))
+            # Every attempt's groups count: a re-measure adds to the evidence instead of
+            # replacing it. Groups of one attempt and placement are one cluster.
+            logs += [math.log(r) for r in result.group_ratios]
+            clusters += [attempt * 1000 + p for p in result.placements]
+            if attempt:
+                # one placement per side (the CPU path): groups are independent
+                placed = cfg.placements > 1 and len(set(result.placements)) > 1
+                ratio, lo, hi, verdict = judge(logs, cfg, clusters if placed else None)
+                result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
+                result.verdict, result.groups = verdict, len(logs)
             if result.verdict != "inconclusive":
                 break
             budget *= 2

@@ -10,6 +10,7 @@ one case each with the sides restarted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from kernelwatch.jobs.demo import create_demo_repository, start_worker
 from kernelwatch.jobs.planning import RunRequest, plan
 from kernelwatch.jobs.render import render_comment
 from kernelwatch.jobs.verdicts import CommitVerdict, class_verdict
-from tests.helpers import BAD_KERNELS, library_files, make_repo
+from tests.conftest import run_cli
+from tests.helpers import BAD_KERNELS, git, library_files, make_repo
 from tests.test_pipeline import GOOD_INIT, Env
 
 pytestmark = pytest.mark.slow
@@ -126,3 +128,28 @@ def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
     assert res["attention"].status == "pass"  # the sides were restarted for it
     assert res["attention"].verdict in ("unchanged", "inconclusive", "improvement", "regression")
     assert run.verdict == "error"
+
+
+def test_re_measures_add_to_the_evidence_with_fresh_side_processes(
+    demo: dict[str, str], tmp_path: Path
+) -> None:
+    # identical code on both sides and no minimum effect: every attempt is inconclusive,
+    # so all three run, each with new side processes, and the verdict uses every group
+    trees = {}
+    for role in ("baseline", "harmless"):
+        trees[role] = tmp_path / role
+        git(Path(demo["source"]), "worktree", "add", "-q", str(trees[role]), demo[role])
+    out = tmp_path / "paired.jsonl"
+    done = run_cli(
+        "bench-paired", "--baseline-path", str(trees["baseline"]),
+        "--candidate-path", str(trees["harmless"]), "--suite", "basic", "--impl", "tinykern",
+        "--kernel", "softmax", "--budget", "0.3", "--min-effect", "0", "--retries", "2",
+        "--fresh-sides", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    paired = record["paired"]
+    assert record["status"] == "pass" and paired["attempts"] == 3
+    # the verdict counts the groups of all attempts, more than the last one measured
+    assert paired["groups"] > len(paired["group_ratios"]) >= 2
+    assert paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
