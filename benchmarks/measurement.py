@@ -240,6 +240,12 @@ def part_paired(
                         "min_effect": spec["min_effect"],
                         "ratios": [r["ratio"] for r in log],
                         "roles": [r["roles"] for r in log],
+                        # per trial: group ratios with their placements, so offsets can be
+                        # attributed to placements or processes afterwards
+                        "groups": [
+                            {k: r[k] for k in ("group_ratios", "placements", "roles", "clocks")}
+                            for r in log
+                        ],
                         "mean_ratio_by_roles": {
                             k: statistics.mean(r["ratio"] for r in log if r["roles"] == k)
                             for k in ("AB", "BA")
