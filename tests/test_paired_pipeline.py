@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from kernelwatch.db.models import Regression
+from kernelwatch.db.models import Regression, Run
 from kernelwatch.jobs.demo import create_demo_repository, start_worker
 from kernelwatch.jobs.planning import RunRequest, plan
 from kernelwatch.jobs.render import render_comment
@@ -153,3 +153,21 @@ def test_re_measures_add_to_the_evidence_with_fresh_side_processes(
     # the verdict counts the groups of all attempts, more than the last one measured
     assert paired["groups"] > len(paired["group_ratios"]) >= 2
     assert paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
+
+
+def test_cli_run_paired_measures_head_and_baseline_in_one_run(
+    env: Env, demo: dict[str, str]
+) -> None:
+    cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
+    proc = run_cli(
+        "run", demo["source"], "--commit", demo["slow"], "--baseline", demo["baseline"],
+        "--paired", "--suite", "basic", "--wait", "--json", "--timeout", "300", env=cli_env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]  # --wait exits 1 on a regression
+    (run,) = json.loads(proc.stdout)["runs"]  # no separate baseline run
+    assert run["commit"] == demo["slow"] and run["status"] == "succeeded"
+    assert run["verdict"] == "fail"  # rmsnorm ~6x slower, judged in paired mode
+    with env.factory() as s:
+        loaded = s.get(Run, run["id"])
+        assert loaded is not None and loaded.options["paired"] is True
+        assert loaded.baseline_sha == demo["baseline"]
