@@ -31,34 +31,44 @@ def scan_run(session: Session, run: Run, min_effect: float) -> list[Regression]:
     case_ids = [r.case_id for r in run.results if r.status == "pass"]
     if not case_ids:
         return []
-    rows = session.execute(
-        select(Result.case_id, Result.median_s, Result.run_id, Commit.sequence, Commit.sha)
-        .join(Run, Result.run_id == Run.id)
+    # The newest WINDOW measured commits first (bounded: this runs whenever a run ends),
+    # then only their results for this run's cases.
+    recent = session.execute(
+        select(Run.id, Commit.sequence, Commit.sha)
         .join(Commit, Run.commit_id == Commit.id)
         .where(
             Run.repository_id == run.repository_id,
             Run.device_class == run.device_class,
             Run.trigger.in_(HISTORY_TRIGGERS),
             Run.status == "succeeded",
+            Commit.sequence <= run.commit.sequence,
+        )
+        .order_by(Commit.sequence.desc(), Run.id.desc())
+        .limit(4 * WINDOW)
+    ).all()
+    at: dict[int, tuple[int, str]] = {}  # run id -> (sequence, sha), newest run per commit
+    seen: set[int] = set()
+    for run_id, sequence, sha in recent:
+        if sequence is not None and sequence not in seen and len(at) < WINDOW:
+            seen.add(sequence)
+            at[run_id] = (sequence, sha)
+    rows = session.execute(
+        select(Result.case_id, Result.median_s, Result.run_id).where(
+            Result.run_id.in_(list(at)),
             Result.case_id.in_(case_ids),
             Result.status == "pass",
             Result.reliable.is_(True),
             Result.median_s.is_not(None),
-            Commit.sequence <= run.commit.sequence,
         )
-        .order_by(Commit.sequence.desc(), Result.run_id.desc())
     ).all()
     series: dict[str, list[tuple[int, float, int, str]]] = {}
-    for case_id, median, run_id, sequence, sha in rows:
-        if median is None or sequence is None:
-            continue
-        points = series.setdefault(case_id, [])
-        if len(points) >= WINDOW or (points and points[-1][0] == sequence):
-            continue  # enough history, or an older run of the same commit
-        points.append((sequence, float(median), run_id, sha))
+    for case_id, median, run_id in rows:
+        if median is not None:
+            sequence, sha = at[run_id]
+            series.setdefault(case_id, []).append((sequence, float(median), run_id, sha))
     found: list[Regression] = []
     for case_id, points in series.items():
-        points.reverse()  # oldest first
+        points.sort()  # oldest first
         for cp in detect([p[1] for p in points], lower_is_better=True, min_effect=min_effect):
             if cp.direction != "regression":
                 continue

@@ -50,6 +50,7 @@ from kernelwatch.kernels.paired import (
 )
 from kernelwatch.kernels.plugins import resolve_impl
 from kernelwatch.kernels.record import ResultRecord, Timing, case_id
+from kernelwatch.kernels.runner import blank_record, checked_case, selected_cases
 from kernelwatch.kernels.suite import CaseSpec, load_suite
 
 FACTORY = "kernelwatch.kernels.paired_suite:case"
@@ -66,8 +67,6 @@ def case(
     suite: str, size: str, case_id: str, impl: str, backend: str
 ) -> tuple[Callable[[Any], Any], Any]:
     """Side factory: the case ``case_id`` of ``suite``, checked, ready to time."""
-    from kernelwatch.kernels.runner import checked_case
-
     device = _device()
     spec = _find(load_suite(suite, size, device), case_id, backend)
     fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device)
@@ -144,28 +143,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     try:
-        for suite in args.suite:
-            for spec in load_suite(suite, size, device):
-                if args.kernel and spec.kernel not in args.kernel:
-                    continue
-                cid = case_id(spec.kernel, backend, spec.params)
-                if cid in args.skip_case:
-                    continue
-                print(f"KW-CASE-START {cid} {spec.kernel}", file=sys.stderr, flush=True)
-                params = {
-                    "suite": suite,
-                    "size": size,
-                    "case_id": cid,
-                    "impl": args.impl,
-                    "backend": backend,
-                }
-                record = measure_case(
-                    sides, spec, suite, cid, backend, params, cfg, args.retries, args.fresh_sides
-                )
-                record["library"] = json.loads(args.library)
-                record["paired"]["baseline_library"] = json.loads(args.baseline_library)
-                out.write(json.dumps(_finite(record), sort_keys=True, default=str) + "\n")
-                out.flush()
+        library, baseline_library = json.loads(args.library), json.loads(args.baseline_library)
+        for suite, spec, cid in selected_cases(
+            args.suite, size, device, backend, args.kernel, args.skip_case
+        ):
+            params = {"suite": suite, "size": size, "case_id": cid, "impl": args.impl,
+                      "backend": backend}  # fmt: skip
+            record = measure_case(
+                sides, spec, suite, cid, backend, params, cfg, args.retries, args.fresh_sides
+            )
+            record["library"] = library
+            record["paired"]["baseline_library"] = baseline_library
+            # NaN stays NaN here, as in the runner's records: the store writes it as null
+            out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+            out.flush()
     finally:
         sides.close()
         if out is not sys.stdout:
@@ -215,8 +206,6 @@ def measure_case(
     fresh_sides: bool = False,
 ) -> dict[str, Any]:
     """One case to one candidate record with a ``paired`` section."""
-    from kernelwatch.kernels.runner import blank_record
-
     record = blank_record(spec, suite, cid, backend)
     paired: dict[str, Any] = {"verdict": "error", "attempts": 0}
     budget = cfg.budget_s
@@ -312,17 +301,6 @@ def _candidate_timing(result: PairedResult) -> Timing:
         calls_per_sample=int(describe.get("calls_per_sample", 1)),
         total_s=result.seconds,
     )
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities as null: JSON has no NaN, and PostgreSQL's JSONB refuses it."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _as_dict(record: ResultRecord) -> dict[str, Any]:

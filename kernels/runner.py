@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 import torch
@@ -87,33 +87,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         dev_info = describe_device(device)
         env_info = describe_environment()
         peaks = _peaks(device, dev_info, args.no_peaks)
-        for suite in args.suite or ["basic"]:
-            for spec in load_suite(suite, size, device):
-                if args.kernel and spec.kernel not in args.kernel:
-                    continue
-                cid = case_id(spec.kernel, backend, spec.params)
-                if cid in args.skip_case:
-                    continue
-                marker = (
-                    f"{CASE_MARKER} {cid} {spec.kernel} {json.dumps(spec.params, sort_keys=True)}"
+        for suite, spec, cid in selected_cases(
+            args.suite or ["basic"], size, device, backend, args.kernel, args.skip_case
+        ):
+            record = run_case(spec, suite, cid, backend, impl, device, config)
+            if record.throughput is not None and peaks:
+                pct, bound = pct_of_peak(
+                    record.throughput.tflops,
+                    record.throughput.gbps,
+                    record.throughput.flops,
+                    record.throughput.bytes,
+                    peaks,
+                    spec.params.get("dtype"),
                 )
-                print(marker, file=sys.stderr, flush=True)
-                record = run_case(spec, suite, cid, backend, impl, device, config)
-                if record.throughput is not None and peaks:
-                    pct, bound = pct_of_peak(
-                        record.throughput.tflops,
-                        record.throughput.gbps,
-                        record.throughput.flops,
-                        record.throughput.bytes,
-                        peaks,
-                        spec.params.get("dtype"),
-                    )
-                    record.throughput.pct_of_peak, record.throughput.bound_by = pct, bound
-                record.library = library
-                record.device = {**dev_info, **record.device}
-                record.environment = env_info
-                out.write(record.to_json() + "\n")
-                out.flush()
+                record.throughput.pct_of_peak, record.throughput.bound_by = pct, bound
+            record.library = library
+            record.device = {**dev_info, **record.device}
+            record.environment = env_info
+            out.write(record.to_json() + "\n")
+            out.flush()
     finally:
         if out is not sys.stdout:
             out.close()
@@ -150,6 +142,31 @@ def run_case(
         record.error = f"{type(exc).__name__}: {exc}"
         record.log_tail = _tail(traceback.format_exc())
     return record
+
+
+def selected_cases(
+    suites: Sequence[str],
+    size: str,
+    device: torch.device,
+    backend: str,
+    kernels: Sequence[str] | None,
+    skip: Sequence[str],
+) -> Iterator[tuple[str, CaseSpec, str]]:
+    """(suite, spec, case id) of every case to run, announced on stderr first.
+
+    The ``KW-CASE-START`` marker names the case a crash or hang belongs to
+    (``worker/suite_process.py``); the runner and the paired coordinator share it.
+    """
+    for suite in suites:
+        for spec in load_suite(suite, size, device):
+            if kernels and spec.kernel not in kernels:
+                continue
+            cid = case_id(spec.kernel, backend, spec.params)
+            if cid in skip:
+                continue
+            params = json.dumps(spec.params, sort_keys=True)
+            print(f"{CASE_MARKER} {cid} {spec.kernel} {params}", file=sys.stderr, flush=True)
+            yield suite, spec, cid
 
 
 def blank_record(spec: CaseSpec, suite: str, cid: str, backend: str) -> ResultRecord:
