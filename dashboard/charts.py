@@ -11,6 +11,7 @@ from typing import Any
 import altair as alt
 import numpy as np
 import pandas as pd
+from packaging.version import InvalidVersion, Version
 
 from kernelwatch.dashboard import fmt
 
@@ -36,10 +37,8 @@ def version_of(sha: str) -> str | None:
 def version_key(v: str) -> tuple[Any, ...]:
     """Release order (PEP 440 where it parses: 0.10 after 0.9, rc before final)."""
     try:
-        from packaging.version import Version
-
         return (0, Version(v))
-    except Exception:
+    except InvalidVersion:
         return (1, v)
 
 

@@ -51,6 +51,17 @@ def context_for(device_class: str) -> str:
     return f"{CONTEXT_PREFIX}/{device_class}"
 
 
+def _last_status(session: Session, full_name: str, sha: str, context: str) -> CommitStatus | None:
+    """The status last sent for this commit and context (what GitHub shows now)."""
+    return session.scalars(
+        select(CommitStatus).where(
+            CommitStatus.full_name == full_name,
+            CommitStatus.sha == sha,
+            CommitStatus.context == context,
+        )
+    ).first()
+
+
 class Reporter:
     """Sends commit statuses and PR comments; idempotent, safe to call repeatedly."""
 
@@ -91,13 +102,7 @@ class Reporter:
         context = context_for(device_class)
         description = shorten(description, 140)
         with self.factory() as session, session.begin():
-            row = session.scalars(
-                select(CommitStatus).where(
-                    CommitStatus.full_name == full_name,
-                    CommitStatus.sha == sha,
-                    CommitStatus.context == context,
-                )
-            ).first()
+            row = _last_status(session, full_name, sha, context)
             if (
                 row is not None
                 and row.state == state
@@ -122,13 +127,7 @@ class Reporter:
         elif self.github is not None:
             self.github.create_status(full_name, sha, state, context, description, target_url)
         with self.factory() as session, session.begin():
-            row = session.scalars(
-                select(CommitStatus).where(
-                    CommitStatus.full_name == full_name,
-                    CommitStatus.sha == sha,
-                    CommitStatus.context == context,
-                )
-            ).first()
+            row = _last_status(session, full_name, sha, context)
             if row is None:
                 row = CommitStatus(full_name=full_name, sha=sha, context=context, state=state)
                 session.add(row)

@@ -111,13 +111,19 @@ def check(
         "mean_abs_bound": mean_bound,
     }
     if got.nonfinite:
-        return Correctness(errors, bound, False, f"{got.nonfinite} non-finite or unwritten outputs")
+        return Correctness(
+            errors, bound, False, f"{got.nonfinite} non-finite or unwritten outputs", k
+        )
     if got.rel_l2 > bound:
         return Correctness(
-            errors, bound, False, f"rel L2 error {got.rel_l2:.3g} > bound {bound:.3g}"
+            errors, bound, False, f"rel L2 error {got.rel_l2:.3g} > bound {bound:.3g}", k
         )
     if got.mean_abs > mean_bound:
         return Correctness(
-            errors, bound, False, f"mean abs error {got.mean_abs:.3g} > bound {mean_bound:.3g}"
+            errors,
+            bound,
+            False,
+            f"mean abs error {got.mean_abs:.3g} > bound {mean_bound:.3g}",
+            k,
         )
-    return Correctness(errors, bound, True)
+    return Correctness(errors, bound, True, "", k)

@@ -40,12 +40,15 @@ class Correctness:
     bound: the largest ``rel_l2`` accepted for this dtype (see ``correctness.py``).
     passed: every output element was written, finite and within the bound.
     detail: a readable reason when ``passed`` is false.
+    k: the factor over PyTorch's own low-precision error that the bound allowed
+       (``correctness.K_FACTOR``: 2 attention, 3 KV-cache paths, 4 FP8; 0 unknown).
     """
 
     errors: dict[str, float]
     bound: float
     passed: bool
     detail: str = ""
+    k: float = 0.0
 
 
 @dataclass

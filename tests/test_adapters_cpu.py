@@ -113,7 +113,9 @@ def test_sdpa_default_runs_paged_decode_and_mla_through_the_torch_path(
     for r in recs:
         assert r["status"] == "pass", (r["params"], r["error"])
     fp8 = [r for r in recs if r["params"].get("kv_dtype") == "float8_e4m3fn"]
-    assert len(fp8) == 1 and fp8[0]["correctness"]["bound"] > recs[0]["correctness"]["bound"]
+    # FP8 KV is judged with the larger factor; comparing the bounds themselves compared
+    # two cases' random low-precision errors and failed about one run in four
+    assert len(fp8) == 1 and fp8[0]["correctness"]["k"] > recs[0]["correctness"]["k"] == 3.0
 
 
 def test_torch_gemm_adapter_passes_bf16_and_fp8_paths_on_cpu(

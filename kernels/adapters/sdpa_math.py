@@ -10,10 +10,7 @@ from torch.nn.attention import SDPBackend
 
 from kernelwatch.kernels.adapters.sdpa import bind
 
+# prefill, prefill_varlen, prefill_paged, prefill_fp8, decode_paged, decode_mla
 _KERNELS = bind(SDPBackend.MATH)
-prefill = _KERNELS["prefill"]
-prefill_varlen = _KERNELS["prefill_varlen"]
-prefill_paged = _KERNELS["prefill_paged"]
-prefill_fp8 = _KERNELS["prefill_fp8"]
-decode_paged = _KERNELS["decode_paged"]
-decode_mla = _KERNELS["decode_mla"]
+__all__ = list(_KERNELS)
+globals().update(_KERNELS)
