@@ -49,7 +49,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             data = json.loads(line)
-            ResultRecord.from_dict({k: v for k, v in data.items() if k != "paired"})
+            ResultRecord.from_dict(data)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{path}:{number}: not a result record: {exc}") from exc
         records.append(data)

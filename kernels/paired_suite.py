@@ -236,7 +236,7 @@ def measure_case(
         return _side_failed(record, paired, exc)
     except (SideDied, SideTimeout) as exc:  # crash or hang: recorded, the sides restart
         record.error = str(exc)
-        return {**_as_dict(record), "paired": paired}
+        return _as_dict(record, paired)
     assert result is not None
     record.status = "pass"
     record.timing = _candidate_timing(result)
@@ -257,7 +257,7 @@ def measure_case(
         baseline_blocks=result.a_blocks,
         clocks=result.clocks,
     )
-    return {**_as_dict(record), "paired": paired}
+    return _as_dict(record, paired)
 
 
 def _side_failed(record: ResultRecord, paired: dict[str, Any], exc: SideError) -> dict[str, Any]:
@@ -276,7 +276,7 @@ def _side_failed(record: ResultRecord, paired: dict[str, Any], exc: SideError) -
         paired.update(verdict="unchanged", note=f"baseline was broken: {remote}")
     else:
         record.error = f"{'candidate' if side == 'B' else 'baseline'}: {remote}"
-    return {**_as_dict(record), "paired": paired}
+    return _as_dict(record, paired)
 
 
 def _with_budget(cfg: PairedConfig, budget: float) -> PairedConfig:
@@ -303,7 +303,8 @@ def _candidate_timing(result: PairedResult) -> Timing:
     )
 
 
-def _as_dict(record: ResultRecord) -> dict[str, Any]:
+def _as_dict(record: ResultRecord, paired: dict[str, Any]) -> dict[str, Any]:
+    record.paired = paired
     data: dict[str, Any] = json.loads(record.to_json())
     return data
 

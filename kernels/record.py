@@ -118,6 +118,9 @@ class ResultRecord:
     environment: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     log_tail: str = ""
+    # paired mode only (kernels/paired_suite.py): the comparison with the baseline
+    # measured interleaved with this candidate (verdict, ratio, interval, groups, ...)
+    paired: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
