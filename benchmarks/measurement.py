@@ -170,6 +170,11 @@ def _calibrate(name: str, spec: dict[str, Any], a: Side, b: Side) -> dict[str, A
     return out
 
 
+def _fresh_pairs(m: int, trial: int) -> tuple[list[Side], list[Side]]:
+    """m new baseline and m new candidate processes (all started at once)."""
+    return [Side(f"A{trial}.{i}") for i in range(m)], [Side(f"B{trial}.{i}") for i in range(m)]
+
+
 def _nominal_pct(cal: dict[str, Any], extra: dict[str, Any]) -> float | None:
     """The injected work as % of a call, from the spin's measured slope (None: FMAs)."""
     if "extra_iters" not in extra:
@@ -181,7 +186,14 @@ def _nominal_pct(cal: dict[str, Any], extra: dict[str, Any]) -> float | None:
 
 
 def part_paired(
-    trials: int, budget: float, only: list[str] | None, save: Any = None, swap: bool = False
+    trials: int,
+    budget: float,
+    only: list[str] | None,
+    save: Any = None,
+    swap: bool = False,
+    pairs: int = 1,
+    conditions: list[str] | None = None,
+    deadline: float = math.inf,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name, spec in PAIRED_KERNELS.items():
@@ -194,24 +206,43 @@ def part_paired(
             cfg = PairedConfig(
                 min_effect=spec["min_effect"],
                 budget_s=budget,
-                placements=spec.get("placements", PairedConfig.placements),
+                # with m process pairs the process is the unit; placements nest inside
+                placements=max(1, spec.get("placements", PairedConfig.placements) // pairs),
             )
             base = _base_params(spec)
             conds: dict[str, dict[str, Any]] = {"A/A": {}}
             conds.update({f"+{p}%": cal["extra"][p] for p in (0.5, 1, 2)})
+            if conditions:
+                conds = {c: v for c, v in conds.items() if c in conditions}
             trial_log: dict[str, list[dict[str, Any]]] = {c: [] for c in conds}
+            upcoming = _fresh_pairs(pairs, 0) if pairs > 1 else None
             for t in range(trials):
-                for cond, extra in conds.items():
-                    s = time.perf_counter()
-                    # --swap-roles: odd trials give the baseline to process B, so an
-                    # offset that belongs to a process flips sign and one that belongs
-                    # to the condition does not (docs/measurement.md, runs 5-6)
-                    first, second = (b, a) if swap and t % 2 else (a, b)
-                    r = compare(first, second, spec["factory"], base, {**base, **extra}, cfg)
-                    roles = "BA" if first is b else "AB"
-                    trial_log[cond].append(
-                        {**r.to_dict(), "wall_s": time.perf_counter() - s, "roles": roles}
-                    )
+                if time.perf_counter() > deadline:  # report the trials done, not nothing
+                    print(f"{name}: deadline reached after {t} trials", flush=True)
+                    for side in (upcoming[0] + upcoming[1]) if upcoming else []:
+                        side.close()
+                    break
+                # --pairs m: m fresh process pairs per trial (shared by its conditions),
+                # the gate's remedy for offsets that belong to a process (run 8); the
+                # next trial's processes start (import torch) while this one measures
+                fresh = upcoming
+                upcoming = _fresh_pairs(pairs, t + 1) if pairs > 1 and t + 1 < trials else None
+                try:
+                    for cond, extra in conds.items():
+                        s = time.perf_counter()
+                        # --swap-roles: odd trials give the baseline to process B, so an
+                        # offset that belongs to a process flips sign and one that belongs
+                        # to the condition does not (docs/measurement.md, runs 5-6, 8)
+                        first, second = (b, a) if swap and t % 2 else (a, b)
+                        roles = "BA" if first is b else "AB"
+                        sides: tuple[Any, Any] = fresh or (first, second)
+                        r = compare(*sides, spec["factory"], base, {**base, **extra}, cfg)
+                        trial_log[cond].append(
+                            {**r.to_dict(), "wall_s": time.perf_counter() - s, "roles": roles}
+                        )
+                finally:
+                    for side in (fresh[0] + fresh[1]) if fresh else []:
+                        side.close()
                 print(f"{name}: trial {t + 1}/{trials}", flush=True)
             for cond, log in trial_log.items():
                 flagged = sum(r["verdict"] == "regression" for r in log)
@@ -243,7 +274,10 @@ def part_paired(
                         # per trial: group ratios with their placements, so offsets can be
                         # attributed to placements or processes afterwards
                         "groups": [
-                            {k: r[k] for k in ("group_ratios", "placements", "roles", "clocks")}
+                            {
+                                k: r[k]
+                                for k in ("group_ratios", "placements", "pairs", "roles", "clocks")
+                            }
                             for r in log
                         ],
                         "mean_ratio_by_roles": {
@@ -275,6 +309,9 @@ def main() -> int:
         action="store_true",
         help="baseline in process B on odd trials (does an offset follow the process?)",
     )
+    p.add_argument("--pairs", type=int, default=1, help="fresh process pairs per trial")
+    p.add_argument("--deadline-s", type=float, default=math.inf, help="no new trial after")
+    p.add_argument("--condition", action="append", help="only these (A/A, +0.5%%, +1%%, +2%%)")
     args = p.parse_args()
     out: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
@@ -289,8 +326,16 @@ def main() -> int:
 
     if args.part in ("paired", "all"):
         out["paired"] = part_paired(
-            args.trials, args.paired_budget, args.only, save_paired, args.swap_roles
+            args.trials,
+            args.paired_budget,
+            args.only,
+            save_paired,
+            args.swap_roles,
+            args.pairs,
+            args.condition,
+            time.perf_counter() + args.deadline_s,
         )
+        out["pairs"] = args.pairs
         path.write_text(json.dumps(out, indent=1))
         print(
             f"\n{'kernel':<24}{'cond':<8}{'nominal':>8}{'flag':>6}{'alarm':>6}{'ratio':>9}{'sd':>8}"

@@ -173,20 +173,28 @@ class Side:
         ``timeout_s``: a side that has not answered by then (a hung kernel) is
         killed and ``SideTimeout`` raised; a side that died raises ``SideDied``.
         """
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send(msg)
+        return self.receive(str(msg.get("cmd")), timeout_s)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Send without waiting, so several sides can set up at once (``receive`` after)."""
+        assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             raise SideDied(f"side {self.name} died (exit {self.proc.wait()})") from None
+
+    def receive(self, cmd: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """The reply to the command sent last (see ``ask``)."""
+        assert self.proc.stdout is not None
         if timeout_s is not None:
             ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
             if not ready:
                 self.proc.kill()
                 self.proc.wait()
                 raise SideTimeout(
-                    f"side {self.name} did not answer {msg.get('cmd')!r} "
-                    f"within {timeout_s:.0f} s; killed"
+                    f"side {self.name} did not answer {cmd!r} within {timeout_s:.0f} s; killed"
                 )
         line = self.proc.stdout.readline()
         if not line:
@@ -254,6 +262,7 @@ class PairedResult:
     group_ratios: list[float] = field(default_factory=list)
     clocks: list[int] = field(default_factory=list)
     placements: list[int] = field(default_factory=list)  # the placement of each group
+    pairs: list[int] = field(default_factory=list)  # the process pair of each group
     a_blocks: list[float] = field(default_factory=list)  # block medians, seconds per call
     b_blocks: list[float] = field(default_factory=list)
     describe_b: dict[str, Any] = field(default_factory=dict)  # the candidate's sampler
@@ -296,24 +305,42 @@ def judge(
 
 
 def compare(
-    a: Side,
-    b: Side,
+    a: Side | Sequence[Side],
+    b: Side | Sequence[Side],
     factory: str,
     params_a: dict[str, Any],
     params_b: dict[str, Any],
     cfg: PairedConfig | None = None,
     timer: dict[str, Any] | None = None,
 ) -> PairedResult:
-    """Set both sides up with the case, then alternate blocks until a verdict or the budget."""
+    """Set both sides up with the case, then alternate blocks until a verdict or the budget.
+
+    ``a`` and ``b`` may be lists of equal length m: m independent process pairs.
+    A process carries a fixed offset of its own (on the H200 up to 0.5 %, which
+    flips sign when the two processes swap roles, docs/measurement.md run 8) that
+    no number of groups inside one pair averages away. With m pairs, group g runs
+    on pair g mod m and the interval is taken over the pairs, so process offsets
+    widen the interval instead of biasing the ratio.
+    """
     cfg = cfg or PairedConfig()
     timer = timer or {}
+    sides_a = [a] if isinstance(a, Side) else list(a)
+    sides_b = [b] if isinstance(b, Side) else list(b)
+    if not sides_a or len(sides_a) != len(sides_b):
+        raise ValueError("compare needs as many baseline sides as candidate sides")
+    m = len(sides_a)
     k = max(1, cfg.placements)
     setup = {"cmd": "setup", "factory": factory, "timer": timer, "placements": k}
-    # The candidate first: if it is broken, that is the answer, whatever the baseline.
-    db = b.ask({**setup, "params": params_b}, cfg.ask_timeout_s)
-    da = a.ask({**setup, "params": params_a}, cfg.ask_timeout_s)
-    k = min(int(da.get("placements", k)), int(db.get("placements", k)))
-    per_sample = max(da["sample_s"], db["sample_s"], 1e-7)
+    # All sides set up at once (an import of torch and a warm-up each); the candidates'
+    # replies are read first: a broken candidate is the answer, whatever the baseline.
+    for side in sides_b:
+        side.send({**setup, "params": params_b})
+    for side in sides_a:
+        side.send({**setup, "params": params_a})
+    db = [side.receive("setup", cfg.ask_timeout_s) for side in sides_b]
+    da = [side.receive("setup", cfg.ask_timeout_s) for side in sides_a]
+    k = min(int(d.get("placements", k)) for d in da + db)
+    per_sample = max(max(d["sample_s"] for d in da + db), 1e-7)
     samples = max(3, min(2000, int(cfg.block_s / per_sample)))
     t0 = time.perf_counter()
     logs: list[float] = []
@@ -322,37 +349,45 @@ def compare(
     clocks: list[int] = []
     stop = "groups_max"
     verdict, ratio, lo, hi = "inconclusive", math.nan, math.nan, math.nan
-    target = cfg.groups_min
+    # every pair gets the same number of groups before each judgement
+    target = _round_up(max(cfg.groups_min, 2 * m if m > 1 else 0), m)
+    step = _round_up(cfg.groups_step, m)
     placement: list[int] = []
-    # One unrecorded group first: the side set up last has just warmed up.
-    for side in (a, b, b, a):
-        side.ask({"cmd": "block", "samples": samples}, cfg.ask_timeout_s)
+    pair_of: list[int] = []
+    # One unrecorded group per pair first: the side set up last has just warmed up.
+    for pa, pb in zip(sides_a, sides_b, strict=True):
+        for side in (pa, pb, pb, pa):
+            side.ask({"cmd": "block", "samples": samples}, cfg.ask_timeout_s)
     while len(logs) < cfg.groups_max:
-        # ABBA and BAAB in turn, so any order effect within a group cancels.
-        first, second = (a, b) if len(logs) % 2 == 0 else (b, a)
-        ask = {"cmd": "block", "samples": samples, "placement": len(logs) % k}
-        placement.append(len(logs) % k)
+        g = len(logs)
+        pair, rnd = g % m, g // m
+        pa, pb = sides_a[pair], sides_b[pair]
+        # ABBA and BAAB in turn within each pair, so any order effect cancels.
+        first, second = (pa, pb) if rnd % 2 == 0 else (pb, pa)
+        ask = {"cmd": "block", "samples": samples, "placement": rnd % k}
+        placement.append(rnd % k)
+        pair_of.append(pair)
         r1 = first.ask(ask, cfg.ask_timeout_s)
         r2 = second.ask(ask, cfg.ask_timeout_s)
         r3 = second.ask(ask, cfg.ask_timeout_s)
         r4 = first.ask(ask, cfg.ask_timeout_s)
-        ra1, rb1, rb2, ra2 = (r1, r2, r3, r4) if first is a else (r2, r1, r4, r3)
+        ra1, rb1, rb2, ra2 = (r1, r2, r3, r4) if first is pa else (r2, r1, r4, r3)
         a1, a2 = stats.median(ra1["values"]), stats.median(ra2["values"])
         b1, b2 = stats.median(rb1["values"]), stats.median(rb2["values"])
         logs.append(math.log((b1 + b2) / (a1 + a2)))
         a_meds += [a1, a2]
         b_meds += [b1, b2]
         clocks += [c for c in (ra1["clock"], rb1["clock"]) if c]
+        clusters = _clusters(pair_of, placement, m, k)
         if len(logs) >= target:
-            ratio, lo, hi, verdict = judge(logs, cfg, placement if k > 1 else None)
+            ratio, lo, hi, verdict = judge(logs, cfg, clusters)
             if verdict != "inconclusive":
                 stop = "decided"
                 break
-            target += cfg.groups_step
-        if time.perf_counter() - t0 >= cfg.budget_s and len(logs) >= 2:
+            target += step
+        if time.perf_counter() - t0 >= cfg.budget_s and len(logs) >= max(2, 2 * m):
             stop = "budget"
-            if len(logs) >= 2:
-                ratio, lo, hi, verdict = judge(logs, cfg, placement if k > 1 else None)
+            ratio, lo, hi, verdict = judge(logs, cfg, clusters)
             break
     return PairedResult(
         ratio=ratio,
@@ -366,11 +401,23 @@ def compare(
         b_median=stats.median(b_meds),
         group_ratios=[math.exp(x) for x in logs],
         placements=placement if k > 1 else [0] * len(logs),
+        pairs=pair_of,
         clocks=clocks,
         a_blocks=a_meds,
         b_blocks=b_meds,
-        describe_b={k: v for k, v in db.items() if k != "ok"},
+        describe_b={key: v for key, v in db[0].items() if key != "ok"},
     )
+
+
+def _round_up(n: int, m: int) -> int:
+    return max(m, -(-n // m) * m)
+
+
+def _clusters(pair_of: list[int], placement: list[int], m: int, k: int) -> list[int] | None:
+    """The unit the interval is taken over: the process pair, else the placement."""
+    if m > 1:
+        return pair_of
+    return placement if k > 1 else None
 
 
 __all__ = [

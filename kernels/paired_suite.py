@@ -9,7 +9,9 @@ gets an interval and a verdict. An *inconclusive* case is measured again, with
 twice the budget, up to ``--retries`` times, and the groups of all its attempts
 are judged together (clustered by attempt and placement); ``--fresh-sides``
 starts new side processes for each re-measure, so an offset that belongs to one
-process becomes noise in the interval rather than a bias.
+process becomes noise in the interval rather than a bias. ``--pairs m`` does
+that within one attempt: m process pairs, groups spread over them, the interval
+taken over the pairs.
 
 Every case ends as one result record (JSON line, ``record.py`` schema) for the
 candidate, with a ``paired`` section holding the comparison:
@@ -54,6 +56,10 @@ from kernelwatch.kernels.runner import blank_record, checked_case, selected_case
 from kernelwatch.kernels.suite import CaseSpec, load_suite
 
 FACTORY = "kernelwatch.kernels.paired_suite:case"
+# Process pairs per comparison on a GPU. On the H200 each process carries a fixed
+# offset (for an fp32 add: ±0.3 %, so pairs differ by 0 or ±0.6 %); over 8 pairs the
+# ratio's run-to-run SD was 0.11-0.14 % (docs/measurement.md, run 11).
+GPU_PAIRS = 8
 
 
 class BrokenCase(RuntimeError):
@@ -110,6 +116,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
     p.add_argument("--placements", type=int, default=None)
     p.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        help="process pairs per comparison (default 8 on a GPU, 1 on the CPU): each "
+        "process carries an offset of its own (docs/measurement.md, runs 8 and 11)",
+    )
+    p.add_argument(
         "--fresh-sides",
         action="store_true",
         help="new side processes for each re-measure (per-process offsets become noise)",
@@ -128,18 +141,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     size = args.size or ("smoke" if cpu else "quick")
     backend = args.backend or args.impl
+    pairs = max(1, args.pairs if args.pairs is not None else (1 if cpu else GPU_PAIRS))
     cfg = PairedConfig(
         min_effect=args.min_effect,
         confidence=args.confidence,
         budget_s=args.budget if args.budget is not None else (5.0 if not cpu else 3.0),
         # placement is a GPU memory effect; on the CPU one instance per side is enough
-        placements=args.placements or (1 if cpu else PairedConfig.placements),
+        # with several process pairs the process is the unit; placements nest inside
+        placements=args.placements or (1 if cpu else max(1, PairedConfig.placements // pairs)),
         block_s=0.02 if not cpu else 0.01,
         ask_timeout_s=args.case_timeout,
     )
     sides = _Sides(
         {"A": args.baseline_python, "B": args.candidate_python},
         {"A": args.baseline_path, "B": args.candidate_path},
+        pairs,
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     try:
@@ -165,33 +181,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _Sides:
-    """The two side processes, restarted after a crash or a hang."""
+    """The side processes, ``pairs`` per role, restarted after a crash or a hang."""
 
-    def __init__(self, pythons: dict[str, str], paths: dict[str, str]) -> None:
-        self.pythons, self.paths = pythons, paths
-        self.sides = {name: self._start(name) for name in self.paths}
+    def __init__(self, pythons: dict[str, str], paths: dict[str, str], pairs: int = 1) -> None:
+        self.pythons, self.paths, self.pairs = pythons, paths, pairs
+        self.sides = {name: self._start_all(name) for name in self.paths}
 
-    def _start(self, name: str) -> Side:
+    def _start_all(self, name: str) -> list[Side]:
+        return [
+            self._start(f"{name}{i}" if self.pairs > 1 else name, name) for i in range(self.pairs)
+        ]
+
+    def _start(self, label: str, role: str) -> Side:
         """A side: its own library first on the path, then what the coordinator has."""
         own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        path = os.pathsep.join([p for p in self.paths[name].split(os.pathsep) if p] + own)
-        return Side(name, python=self.pythons[name], env={"PYTHONPATH": path})
+        path = os.pathsep.join([p for p in self.paths[role].split(os.pathsep) if p] + own)
+        return Side(label, python=self.pythons[role], env={"PYTHONPATH": path})
 
     def restart(self) -> None:
-        for name, side in self.sides.items():
-            side.close()
-            self.sides[name] = self._start(name)
-
-    def pair(self) -> tuple[Side, Side]:
-        for name, side in self.sides.items():
-            if not side.alive():
+        for name, sides in self.sides.items():
+            for side in sides:
                 side.close()
-                self.sides[name] = self._start(name)
+            self.sides[name] = self._start_all(name)
+
+    def pair(self) -> tuple[list[Side], list[Side]]:
+        for role, sides in self.sides.items():
+            for i, side in enumerate(sides):
+                if not side.alive():
+                    side.close()
+                    sides[i] = self._start(side.name, role)
         return self.sides["A"], self.sides["B"]
 
     def close(self) -> None:
-        for side in self.sides.values():
-            side.close()
+        for sides in self.sides.values():
+            for side in sides:
+                side.close()
 
 
 def measure_case(
@@ -222,11 +246,16 @@ def measure_case(
             # Every attempt's groups count: a re-measure adds to the evidence instead of
             # replacing it. Groups of one attempt and placement are one cluster.
             logs += [math.log(r) for r in result.group_ratios]
-            clusters += [attempt * 1000 + p for p in result.placements]
+            if sides.pairs > 1:  # the unit is the process pair (new processes: new pairs)
+                base = attempt * 1000 if fresh_sides else 0
+                clusters += [base + p for p in result.pairs]
+            else:
+                clusters += [attempt * 1000 + p for p in result.placements]
             if attempt:
                 # one placement per side (the CPU path): groups are independent
                 placed = cfg.placements > 1 and len(set(result.placements)) > 1
-                ratio, lo, hi, verdict = judge(logs, cfg, clusters if placed else None)
+                clustered = sides.pairs > 1 or placed
+                ratio, lo, hi, verdict = judge(logs, cfg, clusters if clustered else None)
                 result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
                 result.verdict, result.groups = verdict, len(logs)
             if result.verdict != "inconclusive":
@@ -254,6 +283,8 @@ def measure_case(
         baseline_median=result.a_median,
         candidate_median=result.b_median,
         group_ratios=result.group_ratios,
+        pairs=sides.pairs,
+        group_pairs=result.pairs,
         baseline_blocks=result.a_blocks,
         clocks=result.clocks,
     )

@@ -49,7 +49,7 @@ class Telemetry:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(device_index))
+            self._handle = device_handle(pynvml, device_index)
         except Exception:  # no driver, no GPU, or no nvidia-ml-py: telemetry is optional
             self._handle = None
 
@@ -94,10 +94,18 @@ class Telemetry:
         return info
 
 
-def _physical_index(logical: int) -> int:
-    """Map a CUDA device index to NVML's when CUDA_VISIBLE_DEVICES holds plain indices."""
+def device_handle(nvml: Any, logical: int) -> Any:
+    """NVML's handle for CUDA device ``logical``, through ``CUDA_VISIBLE_DEVICES``.
+
+    NVML ignores that variable, so CUDA's device 0 of a worker pinned to a GPU is
+    not NVML's device 0. The per-GPU supervisor pins by UUID (``GPU-...``), which
+    NVML looks up directly; plain indices map by position; otherwise index = index.
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     parts = [p.strip() for p in visible.split(",") if p.strip()]
-    if parts and all(p.isdigit() for p in parts) and logical < len(parts):
-        return int(parts[logical])
-    return logical
+    entry = parts[logical] if logical < len(parts) else ""
+    if entry.startswith(("GPU-", "MIG-")):
+        return nvml.nvmlDeviceGetHandleByUUID(entry)
+    if parts and all(p.isdigit() for p in parts) and entry:
+        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return nvml.nvmlDeviceGetHandleByIndex(logical)

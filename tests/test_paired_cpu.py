@@ -54,3 +54,30 @@ def test_judge_averages_groups_that_share_a_placement() -> None:
     assert hi - lo > 10 * (hi_flat - lo_flat)
     assert verdict == "inconclusive"
     assert ratio == pytest.approx(math.exp(0.004), rel=1e-6)
+
+
+def test_several_process_pairs_spread_the_groups_and_take_the_interval_over_pairs() -> None:
+    a = [Side("A0"), Side("A1"), Side("A2")]
+    b = [Side("B0"), Side("B1"), Side("B2")]
+    try:
+        cfg = PairedConfig(min_effect=0.05, budget_s=10, block_s=0.01, groups_min=4)
+        slow = compare(
+            a, b, FACTORY, {"n": 96}, {"n": 96, "extra_rows": 96}, cfg, timer={"min_warmup_s": 0.02}
+        )
+        assert slow.verdict == "regression", slow
+        assert 1.5 < slow.ratio < 2.6
+        # every pair measured, equally often, at least twice (an interval per pair needs it)
+        counts = [slow.pairs.count(p) for p in range(3)]
+        assert len(set(counts)) == 1 and counts[0] >= 2, slow.pairs
+        assert slow.groups == len(slow.pairs) == len(slow.group_ratios)
+        # the interval is judge's over the three pairs' means, not over the groups
+        logs = [math.log(r) for r in slow.group_ratios]
+        assert judge(logs, cfg, slow.pairs)[1:3] == pytest.approx((slow.ci_low, slow.ci_high))
+    finally:
+        for side in a + b:
+            side.close()
+
+
+def test_compare_refuses_unequal_numbers_of_sides() -> None:
+    with pytest.raises(ValueError, match="as many"):
+        compare([], [], FACTORY, {}, {})

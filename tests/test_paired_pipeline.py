@@ -130,29 +130,54 @@ def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
     assert run.verdict == "error"
 
 
-def test_re_measures_add_to_the_evidence_with_fresh_side_processes(
-    demo: dict[str, str], tmp_path: Path
-) -> None:
-    # identical code on both sides and no minimum effect: every attempt is inconclusive,
-    # so all three run, each with new side processes, and the verdict uses every group
+def bench_paired_cli(
+    demo: dict[str, str], tmp_path: Path, candidate: str, *args: str
+) -> dict[str, object]:
+    """``kernelwatch bench-paired`` between worktrees of the demo's baseline and ``candidate``."""
     trees = {}
-    for role in ("baseline", "harmless"):
+    for role in ("baseline", candidate):
         trees[role] = tmp_path / role
         git(Path(demo["source"]), "worktree", "add", "-q", str(trees[role]), demo[role])
     out = tmp_path / "paired.jsonl"
     done = run_cli(
         "bench-paired", "--baseline-path", str(trees["baseline"]),
-        "--candidate-path", str(trees["harmless"]), "--suite", "basic", "--impl", "tinykern",
-        "--kernel", "softmax", "--budget", "0.3", "--min-effect", "0", "--retries", "2",
-        "--fresh-sides", "--out", str(out),
+        "--candidate-path", str(trees[candidate]), "--suite", "basic", "--impl", "tinykern",
+        *args, "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert isinstance(record, dict)
+    return record
+
+
+def test_re_measures_add_to_the_evidence_with_fresh_side_processes(
+    demo: dict[str, str], tmp_path: Path
+) -> None:
+    # identical code on both sides and no minimum effect: every attempt is inconclusive,
+    # so all three run, each with new side processes, and the verdict uses every group
+    record = bench_paired_cli(
+        demo, tmp_path, "harmless", "--kernel", "softmax", "--budget", "0.3",
+        "--min-effect", "0", "--retries", "2", "--fresh-sides",
+    )  # fmt: skip
     paired = record["paired"]
+    assert isinstance(paired, dict)
     assert record["status"] == "pass" and paired["attempts"] == 3
     # the verdict counts the groups of all attempts, more than the last one measured
     assert paired["groups"] > len(paired["group_ratios"]) >= 2
     assert paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
+
+
+def test_several_process_pairs_judge_the_slow_commit_over_the_pairs(
+    demo: dict[str, str], tmp_path: Path
+) -> None:
+    record = bench_paired_cli(
+        demo, tmp_path, "slow", "--kernel", "rmsnorm", "--budget", "2", "--pairs", "3"
+    )
+    paired = record["paired"]
+    assert isinstance(paired, dict)
+    assert paired["verdict"] == "regression" and paired["ratio"] > 2, paired
+    assert paired["pairs"] == 3 and sorted(set(paired["group_pairs"])) == [0, 1, 2]
+    assert paired["ci_low"] > 1
 
 
 def test_cli_run_paired_measures_head_and_baseline_in_one_run(

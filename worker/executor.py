@@ -192,7 +192,7 @@ def _commit_env(
 
 
 # Runner options the paired coordinator understands too (others concern one side only).
-_PAIRED_PASSTHROUGH = ("--size", "--kernel", "--budget")
+_PAIRED_PASSTHROUGH = ("--size", "--kernel", "--budget", "--pairs")
 
 
 def _paired_request(
