@@ -175,6 +175,18 @@ def gemm_bytes(
     )
 
 
+def grouped_gemm_bytes(
+    m: int, n: int, k: int, groups: int, in_dtype: str, out_dtype: str, scale_bytes: float = 0.0
+) -> float:
+    """Grouped (MoE) GEMM: A (m×k) once, every group's weight (groups × n × k) once,
+    C (m×n) written once, the group offsets (int32) and scales."""
+    return (
+        float((m * k + groups * n * k) * dtype_bytes(in_dtype) + m * n * dtype_bytes(out_dtype))
+        + 4.0 * groups
+        + scale_bytes
+    )
+
+
 def rowwise_scale_bytes(m: int, n: int) -> float:
     """float32 scale per row of A and per column of B."""
     return 4.0 * (m + n)

@@ -127,8 +127,34 @@ def test_torch_gemm_adapter_passes_bf16_and_fp8_paths_on_cpu(
         "gemm",
         "gemm_fp8_rowwise",
         "gemm_fp8_tensorwise",
+        "gemm_grouped",
+        "gemm_grouped_fp8_rowwise",
     ]
-    assert all(r["status"] == "pass" for r in recs), [r["error"] for r in recs]
+    assert all(r["status"] == "pass" for r in recs[:5]), [r["error"] for r in recs]
+    # the MoE GEMM: 4 experts with 20, 3, 45, 7 tokens padded to 32-row groups
+    grouped = recs[4]
+    assert grouped["params"]["group_lens"] == [20, 3, 45, 7]
+    assert grouped["throughput"]["flops"] == 2 * (32 + 32 + 64 + 32) * 48 * 64
+    # PyTorch has no CPU kernel for the FP8 grouped GEMM: a skip that says so
+    fp8 = recs[5]
+    assert fp8["status"] == "skip" and "CUDA" in fp8["error"], fp8["error"]
+
+
+def test_grouped_gemm_reference_multiplies_each_expert_by_its_own_weight() -> None:
+    import torch
+
+    from kernelwatch.kernels.suites import gemm as gemm_suite
+
+    spec = gemm_suite.make_case(
+        {"kernel": "gemm_grouped", "n": 8, "k": 16, "group_lens": [1, 40], "dtype": "float32"}
+    )
+    inputs = spec.make_inputs(torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert inputs["offs"].tolist() == [32, 96]  # groups of 32 and 64 rows
+    ref = spec.reference(inputs, torch.float64)
+    a, w = inputs["a"].double(), inputs["w"].double()
+    assert torch.allclose(ref[:32], a[:32] @ w[0].t())
+    assert torch.allclose(ref[32:], a[32:] @ w[1].t())
+    assert not torch.allclose(ref[32:], a[32:] @ w[0].t())
 
 
 def test_unsupported_cases_name_the_backend_and_the_reason(

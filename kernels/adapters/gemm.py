@@ -11,6 +11,13 @@
   GEMM on Hopper needs the CuTe DSL (``nvidia-cutlass-dsl``), not yet an adapter.
 - ``gemm_fp8_tensorwise``: ``torch._scaled_mm`` with one scale per tensor
   (cuBLASLt).
+- ``gemm_grouped``: ``torch._grouped_mm`` over the experts of an MoE layer. On
+  sm90 ATen implements it with a CUTLASS grouped GEMM
+  (``bf16bf16_grouped_gemm_impl_sm90_sm100`` in ``GroupMM.cu``): the **CUTLASS**
+  GEMM of this adapter. The CPU has a reference fallback.
+- ``gemm_grouped_fp8_rowwise``: ``torch._scaled_grouped_mm`` (row-wise scales per
+  token and per expert output channel): ATen's CUTLASS FP8 grouped GEMM on sm90;
+  CUDA only.
 
 ``_scaled_mm`` wants the second operand column-major: ``w.t()`` of a row-major
 ``[n, k]`` weight is exactly that, with no copy.
@@ -21,6 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from kernelwatch.kernels.adapters import require_cuda
 
 Case = dict[str, Any]
 
@@ -47,6 +56,29 @@ def gemm_fp8_tensorwise(case: Case) -> torch.Tensor:
         case["w"].t(),
         scale_a=case["scale_a"],
         scale_b=case["scale_w"],
+        out_dtype=case["out"].dtype,
+    )
+    return out
+
+
+def gemm_grouped(case: Case) -> torch.Tensor:
+    out: torch.Tensor = torch._grouped_mm(
+        case["a"],
+        case["w"].transpose(-2, -1),  # [E, k, n] view of the [E, n, k] expert weights
+        offs=case["offs"],
+        out_dtype=case["out"].dtype,
+    )
+    return out
+
+
+def gemm_grouped_fp8_rowwise(case: Case) -> torch.Tensor:
+    require_cuda(case["a"], "torch._scaled_grouped_mm")
+    out: torch.Tensor = torch._scaled_grouped_mm(
+        case["a"],
+        case["w"].transpose(-2, -1),
+        case["scale_a"],  # [M]
+        case["scale_w"],  # [E, n]
+        offs=case["offs"],
         out_dtype=case["out"].dtype,
     )
     return out

@@ -1,4 +1,5 @@
-"""The GEMM suite: ``C = A · Wᵀ`` in bf16/fp16 and in FP8 with row-wise or per-tensor scales.
+"""The GEMM suite: ``C = A · Wᵀ`` in bf16/fp16 and in FP8 with row-wise or per-tensor scales,
+and the grouped GEMMs of a mixture-of-experts layer.
 
 Shapes come from ``gemm.toml``: squares and the four linear layers of real
 models (``grid.gemm_shape``). W is stored ``[n, k]`` row-major like an
@@ -8,6 +9,13 @@ inference runs; ``Wᵀ`` is a free view for the libraries that want ``[k, n]``.
 FP8 inputs are quantized once in ``make_inputs``; the reference multiplies the
 dequantized values, so the check measures the kernel's accumulation and output
 rounding, not the quantization both sides share.
+
+Grouped (MoE) cases: the tokens routed to E experts, sorted by expert, are one
+``A[M, k]``; expert e multiplies rows ``offs[e-1]:offs[e]`` by its own ``W[e]``
+(``[E, n, k]``). ``group_lens`` gives the tokens per expert (a skewed mix, as a
+router produces); each is rounded up to ``GROUP_ALIGN`` rows, the padding MoE
+training and serving stacks apply for these kernels (PyTorch's grouped GEMMs
+want 16-byte aligned groups).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import torch
 from kernelwatch.kernels import flops, grid
 from kernelwatch.kernels.suite import CaseSpec, Inputs
 from kernelwatch.kernels.suites.common import (
+    dtype_name,
     dtype_of,
     invoke,
     quantize_fp8,
@@ -28,6 +37,8 @@ from kernelwatch.kernels.suites.common import (
 
 Params = dict[str, Any]
 FP8_KERNELS = ("gemm_fp8_rowwise", "gemm_fp8_tensorwise")
+GROUPED_KERNELS = ("gemm_grouped", "gemm_grouped_fp8_rowwise")
+GROUP_ALIGN = 32
 
 
 def build(size: str, device: torch.device) -> list[CaseSpec]:
@@ -37,6 +48,8 @@ def build(size: str, device: torch.device) -> list[CaseSpec]:
 def make_case(raw: Params) -> CaseSpec:
     p = dict(raw)
     kernel = str(p.pop("kernel"))
+    if kernel in GROUPED_KERNELS:
+        return _grouped(kernel, p)
     m, n, k = int(p["m"]), int(p["n"]), int(p["k"])
     if kernel == "gemm":
         return _plain(p, m, n, k)
@@ -108,4 +121,63 @@ def _fp8(kernel: str, p: Params, m: int, n: int, k: int) -> CaseSpec:
         flops=flops.gemm_flops(m, n, k),
         bytes=flops.gemm_bytes(m, n, k, "float8_e4m3fn", "bfloat16", scale_bytes=scales),
         tolerance_kind="fp8",
+    )
+
+
+def group_sizes(lens: list[int]) -> list[int]:
+    """Tokens per expert, each rounded up to ``GROUP_ALIGN`` rows (empty experts stay 0)."""
+    return [-(-int(x) // GROUP_ALIGN) * GROUP_ALIGN for x in lens]
+
+
+def _grouped(kernel: str, p: Params) -> CaseSpec:
+    fp8 = kernel == "gemm_grouped_fp8_rowwise"
+    n, k = int(p["n"]), int(p["k"])
+    sizes = group_sizes(list(p["group_lens"]))
+    experts, m = len(sizes), sum(sizes)
+    in_dtype = torch.float32 if fp8 else dtype_of(str(p["dtype"]))
+    out_dtype = torch.bfloat16 if fp8 else in_dtype
+    ends = [sum(sizes[: e + 1]) for e in range(experts)]
+
+    def make(g: torch.Generator, dev: torch.device) -> Inputs:
+        a = randn((m, k), g, dev, in_dtype)
+        w = randn((experts, n, k), g, dev, in_dtype)
+        case: Inputs = {
+            "offs": torch.tensor(ends, dtype=torch.int32, device=dev),
+            "out": torch.empty((m, n), device=dev, dtype=out_dtype),
+        }
+        if fp8:
+            case["a"], scale_a = quantize_fp8_rows(a)  # [m, 1]
+            w8, scale_w = quantize_fp8_rows(w.reshape(experts * n, k))  # [E·n, 1]
+            case["w"] = w8.view(experts, n, k)
+            case["scale_a"] = scale_a.reshape(m)
+            case["scale_w"] = scale_w.reshape(experts, n)
+        else:
+            case["a"], case["w"] = a, w
+        return case
+
+    def ref(i: Inputs, dt: torch.dtype) -> torch.Tensor:
+        a, w = i["a"].to(torch.float32), i["w"].to(torch.float32)
+        if fp8:
+            a = a * i["scale_a"][:, None]
+            w = w * i["scale_w"][:, :, None]
+        a, w = a.to(dt), w.to(dt)
+        out = torch.empty((m, n), device=a.device, dtype=dt)
+        start = 0
+        for e, end in enumerate(ends):
+            out[start:end] = a[start:end] @ w[e].t()
+            start = end
+        return out
+
+    name = "float8_e4m3fn" if fp8 else str(p["dtype"])
+    scales = 4.0 * (m + experts * n) if fp8 else 0.0
+    return CaseSpec(
+        kernel,
+        p,
+        make,
+        invoke,
+        ref,
+        out_dtype,
+        flops=flops.gemm_flops(m, n, k),
+        bytes=flops.grouped_gemm_bytes(m, n, k, experts, name, dtype_name(out_dtype), scales),
+        tolerance_kind="fp8" if fp8 else "default",
     )

@@ -22,6 +22,7 @@ from kernelwatch.kernels.suite import CaseSpec, Inputs
 from kernelwatch.kernels.suites.common import (
     attention_ref,
     cu_seqlens,
+    dtype_name,
     dtype_of,
     gather_pages,
     invoke,
@@ -92,7 +93,9 @@ def _dense(kernel: str, p: Params) -> CaseSpec:
         ref,
         out_dtype,
         flops=flops.attention_flops(h, [sq] * b, [sk] * b, d, causal),
-        bytes=flops.attention_bytes(h, hk, b * sq, b * sk, d, in_dt, out_dtype=_name(out_dtype)),
+        bytes=flops.attention_bytes(
+            h, hk, b * sq, b * sk, d, in_dt, out_dtype=dtype_name(out_dtype)
+        ),
         tolerance_kind="fp8" if fp8 else "default",
     )
 
@@ -208,7 +211,3 @@ def _paged(kernel: str, p: Params) -> CaseSpec:
 def _dequant(case: Inputs, name: str, dt: torch.dtype) -> torch.Tensor:
     x: torch.Tensor = case[name]
     return (x.to(torch.float32) * float(case[f"{name}_scale"])).to(dt)
-
-
-def _name(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
