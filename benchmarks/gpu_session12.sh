@@ -7,16 +7,8 @@
 #  2. issue 3: run 11 again with 16 process pairs (predicted from run 11's pair SD of
 #     0.38 %: +0.5 % flagged in ~99 % of trials; measured: 11/14 with 8 pairs);
 #  3. issue 4: the FlashInfer decode adapter tests that run 10 had no time for.
-set -u
-T0=$(date +%s)
-ROOT=$PWD
-mkdir -p /tmp/kw/kernelwatch "$OUT/r"
-for p in kernels db jobs worker dashboard; do ln -sfn "$ROOT/$p" "/tmp/kw/kernelwatch/$p"; done
-export PYTHONPATH=/tmp/kw:$ROOT PYTHONUNBUFFERED=1 KW_PEAKS_DIR=$OUT/r
-left() { echo $(( ${1:-540} - ($(date +%s) - T0) )); }
-nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv > "$OUT/r/nvidia-smi.txt"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fi \
-  .whl/flashinfer_python-0.5.3-*.whl .whl/apache_tvm_ffi-*.whl .whl/nvidia_cudnn_frontend-*.whl
+. benchmarks/gpu_prelude.sh
+with_flashinfer
 PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 100)" python3 -m pytest -m gpu tests/test_gpu_adapters.py -q \
   -p no:cacheprovider -o addopts="" -rA --tb=short -k "grouped or (flashinfer and prefill_fp8)" \
   > "$OUT/r/pytest_grouped_fp8_12.txt" 2>&1; tail -8 "$OUT/r/pytest_grouped_fp8_12.txt"
