@@ -337,8 +337,7 @@ def compare(
         side.send({**setup, "params": params_b})
     for side in sides_a:
         side.send({**setup, "params": params_a})
-    db = [side.receive("setup", cfg.ask_timeout_s) for side in sides_b]
-    da = [side.receive("setup", cfg.ask_timeout_s) for side in sides_a]
+    db, da = _receive_all(sides_b, sides_a, "setup", cfg.ask_timeout_s)
     k = min(int(d.get("placements", k)) for d in da + db)
     per_sample = max(max(d["sample_s"] for d in da + db), 1e-7)
     samples = max(3, min(2000, int(cfg.block_s / per_sample)))
@@ -407,6 +406,23 @@ def compare(
         b_blocks=b_meds,
         describe_b={key: v for key, v in db[0].items() if key != "ok"},
     )
+
+
+def _receive_all(
+    first: list[Side], then: list[Side], cmd: str, timeout_s: float | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every side's reply, even when one failed (an unread reply would answer the next
+    command); then the first failure, candidates' before baselines'."""
+    replies: list[dict[str, Any]] = []
+    failures: list[Exception] = []
+    for side in first + then:
+        try:
+            replies.append(side.receive(cmd, timeout_s))
+        except (SideError, SideDied, SideTimeout) as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
+    return replies[: len(first)], replies[len(first) :]
 
 
 def _round_up(n: int, m: int) -> int:

