@@ -200,6 +200,7 @@ def part_paired(
         if only and not any(o in name for o in only):
             continue
         a, b = Side("A"), Side("B")
+        upcoming: tuple[list[Side], list[Side]] | None = None
         try:
             cal = _calibrate(name, spec, a, b)
             print(f"{name}: calibration {json.dumps(cal)}", flush=True)
@@ -219,8 +220,6 @@ def part_paired(
             for t in range(trials):
                 if time.perf_counter() > deadline:  # report the trials done, not nothing
                     print(f"{name}: deadline reached after {t} trials", flush=True)
-                    for side in (upcoming[0] + upcoming[1]) if upcoming else []:
-                        side.close()
                     break
                 # --pairs m: m fresh process pairs per trial (shared by its conditions),
                 # the gate's remedy for offsets that belong to a process (run 8); the
@@ -288,8 +287,9 @@ def part_paired(
                     }
                 )
         finally:
-            a.close()
-            b.close()
+            # the next trial's processes, started early, when the loop ended first
+            for side in [a, b, *(upcoming[0] + upcoming[1] if upcoming else [])]:
+                side.close()
         if save is not None:
             save(rows)
     return rows

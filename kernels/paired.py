@@ -14,14 +14,15 @@ adaptive: more groups while the interval still straddles the decision, within a
 time budget. The protocol between coordinator and sides is JSON lines on
 stdin/stdout, so a side is any Python that can import this module.
 
-Memory placement is a fixed effect per allocation: on the H200 the same bf16
-GEMM measured 0.6 % slower in one process than in another for 20 trials in a row
-(fresh inputs each trial, but the caching allocator handed back the same
-addresses), and an fp32 add 0.2 % (docs/measurement.md). So each side builds its
-case ``placements`` times, shifted by padding allocations of random size, group g
-measures placement g mod K on both sides, and the interval is computed over
-placements (groups that share one are averaged first): placement noise widens
-the interval instead of biasing the ratio.
+A fixed offset belongs to each side process: on the H200 the same bf16 GEMM
+measured 0.6 % slower in one process than in another for 20 trials in a row, and
+swapping the two processes' roles flipped its sign (docs/measurement.md, runs 5
+and 8); on an fp32 add each process sat in one of two states ~0.6 % apart (run
+11). So ``compare`` takes m process pairs per side, spreads the groups over them
+and computes the interval over the pairs: process offsets widen the interval
+instead of biasing the ratio. Within a process each side may also build its case
+``placements`` times behind padding allocations of random size (group g measures
+placement g mod K); with one pair the interval is then taken over placements.
 
 A *case factory* (``module:function``) builds ``(call, inputs)`` from JSON
 params inside each side; both sides get the same factory and params, and differ
@@ -263,6 +264,8 @@ class PairedResult:
     clocks: list[int] = field(default_factory=list)
     placements: list[int] = field(default_factory=list)  # the placement of each group
     pairs: list[int] = field(default_factory=list)  # the process pair of each group
+    # the unit the interval was taken over, per group (None: groups are independent)
+    clusters: list[int] | None = None
     a_blocks: list[float] = field(default_factory=list)  # block medians, seconds per call
     b_blocks: list[float] = field(default_factory=list)
     describe_b: dict[str, Any] = field(default_factory=dict)  # the candidate's sampler
@@ -326,7 +329,9 @@ def compare(
     timer = timer or {}
     sides_a = [a] if isinstance(a, Side) else list(a)
     sides_b = [b] if isinstance(b, Side) else list(b)
-    if not sides_a or len(sides_a) != len(sides_b):
+    if not sides_a:
+        raise ValueError("compare needs at least one side per role")
+    if len(sides_a) != len(sides_b):
         raise ValueError("compare needs as many baseline sides as candidate sides")
     m = len(sides_a)
     k = max(1, cfg.placements)
@@ -349,7 +354,7 @@ def compare(
     stop = "groups_max"
     verdict, ratio, lo, hi = "inconclusive", math.nan, math.nan, math.nan
     # every pair gets the same number of groups before each judgement
-    target = _round_up(max(cfg.groups_min, 2 * m if m > 1 else 0), m)
+    target = _round_up(max(cfg.groups_min, 2 * m), m)
     step = _round_up(cfg.groups_step, m)
     placement: list[int] = []
     pair_of: list[int] = []
@@ -384,7 +389,7 @@ def compare(
                 stop = "decided"
                 break
             target += step
-        if time.perf_counter() - t0 >= cfg.budget_s and len(logs) >= max(2, 2 * m):
+        if time.perf_counter() - t0 >= cfg.budget_s and len(logs) >= 2 * m:
             stop = "budget"
             ratio, lo, hi, verdict = judge(logs, cfg, clusters)
             break
@@ -401,6 +406,7 @@ def compare(
         group_ratios=[math.exp(x) for x in logs],
         placements=placement if k > 1 else [0] * len(logs),
         pairs=pair_of,
+        clusters=_clusters(pair_of, placement, m, k),
         clocks=clocks,
         a_blocks=a_meds,
         b_blocks=b_meds,

@@ -244,18 +244,15 @@ def measure_case(
             paired["attempts"] = attempt + 1
             result = compare(a, b, FACTORY, params, params, _with_budget(cfg, budget))
             # Every attempt's groups count: a re-measure adds to the evidence instead of
-            # replacing it. Groups of one attempt and placement are one cluster.
+            # replacing it. compare() names the unit of its interval (process pair or
+            # placement); only processes kept from the last attempt are the same unit again.
             logs += [math.log(r) for r in result.group_ratios]
-            if sides.pairs > 1:  # the unit is the process pair (new processes: new pairs)
-                base = attempt * 1000 if fresh_sides else 0
-                clusters += [base + p for p in result.pairs]
-            else:
-                clusters += [attempt * 1000 + p for p in result.placements]
+            same_unit = sides.pairs > 1 and not fresh_sides
+            units = result.clusters or []
+            clusters += [c if same_unit else attempt * 1000 + c for c in units]
             if attempt:
-                # one placement per side (the CPU path): groups are independent
-                placed = cfg.placements > 1 and len(set(result.placements)) > 1
-                clustered = sides.pairs > 1 or placed
-                ratio, lo, hi, verdict = judge(logs, cfg, clusters if clustered else None)
+                judged_by = clusters if result.clusters is not None else None
+                ratio, lo, hi, verdict = judge(logs, cfg, judged_by)
                 result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
                 result.verdict, result.groups = verdict, len(logs)
             if result.verdict != "inconclusive":

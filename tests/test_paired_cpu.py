@@ -1,6 +1,7 @@
 """The paired A/B protocol on the CPU: two real side processes, ABBA blocks, a verdict."""
 
 import math
+from typing import cast
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_two_processes_detect_double_work() -> None:
 
 def test_identical_work_is_no_alarm_when_judged_over_process_pairs() -> None:
     # CPU timing of 20 us calls between two processes carries a bias of its own: on a
-    # 2-core machine one pair read 1.25 [1.04, 1.50] for identical work, in 1 run of 4.
+    # 2-core machine one pair read 1.25 [1.04, 1.50] for identical work (2 runs in 8).
     # That is the per-process offset the GPU showed too (docs/measurement.md, run 8);
     # over three pairs it widens the interval instead of raising an alarm.
     a = [Side(f"A{i}") for i in range(3)]
@@ -89,6 +90,10 @@ def test_several_process_pairs_spread_the_groups_and_take_the_interval_over_pair
             side.close()
 
 
-def test_compare_refuses_unequal_numbers_of_sides() -> None:
-    with pytest.raises(ValueError, match="as many"):
+def test_compare_refuses_no_sides_and_unequal_numbers_of_sides() -> None:
+    with pytest.raises(ValueError, match="at least one"):
         compare([], [], FACTORY, {}, {})
+    # refused before any side is asked anything: placeholders, no processes needed
+    placeholder = cast(Side, object())
+    with pytest.raises(ValueError, match="as many"):
+        compare([placeholder, placeholder], [placeholder], FACTORY, {}, {})

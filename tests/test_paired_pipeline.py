@@ -65,7 +65,8 @@ def test_a_slow_commit_is_a_paired_regression_with_its_interval(
         demo["source"],
         demo["slow"],
         demo["baseline"],
-        bench_args=["--kernel", "rmsnorm", "--kernel", "softmax"],
+        # --pairs reaches bench-paired through the worker's pass-through of bench args
+        bench_args=["--kernel", "rmsnorm", "--kernel", "softmax", "--pairs", "2"],
     )
     (run,) = env.wait(ids)
     assert run.status == "succeeded", run.error
@@ -76,6 +77,7 @@ def test_a_slow_commit_is_a_paired_regression_with_its_interval(
     assert slow.ratio is not None and slow.ratio > 2  # the demo's rmsnorm is ~6x slower
     assert slow.ratio_ci_low is not None and slow.ratio_ci_low > 1
     assert slow.record["paired"]["baseline_library"]["commit"] == demo["baseline"]
+    assert slow.record["paired"]["pairs"] == 2
     assert same.verdict in ("unchanged", "inconclusive"), same.record["paired"]
     assert run.verdict == "fail"
     with env.factory() as s:
@@ -117,8 +119,10 @@ def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
     src = tmp_path / "badkern"
     good = make_repo(src, library_files("badkern", GOOD_INIT), "good kernels")
     bad = make_repo(src, library_files("badkern", BAD_KERNELS), "bad kernels")
+    # the case timeout also covers restarting a side (a fresh interpreter importing torch):
+    # 8 s timed the attention case out on a loaded 2-core machine
     (run,) = env.wait(
-        paired(env, str(src), bad, good, bench_args=["--budget", "0.2"], case_timeout_s=8)
+        paired(env, str(src), bad, good, bench_args=["--budget", "0.2"], case_timeout_s=20)
     )
     assert run.status == "succeeded", run.error
     res = env.results(run.id)
