@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from kernelwatch.kernels import runner
 from kernelwatch.kernels.adapters import ADAPTERS
+from kernelwatch.kernels.suites import gemm as gemm_suite
 from tests.conftest import run_cli
 
 ADAPTER = "kernelwatch.kernels.adapters"
@@ -141,10 +143,6 @@ def test_torch_gemm_adapter_passes_bf16_and_fp8_paths_on_cpu(
 
 
 def test_grouped_gemm_reference_multiplies_each_expert_by_its_own_weight() -> None:
-    import torch
-
-    from kernelwatch.kernels.suites import gemm as gemm_suite
-
     spec = gemm_suite.make_case(
         {"kernel": "gemm_grouped", "n": 8, "k": 16, "group_lens": [1, 40], "dtype": "float32"}
     )

@@ -119,7 +119,7 @@ def _id(item: tuple[str, CaseSpec]) -> str:
     extra = "-".join(
         f"{k}={v}"
         for k, v in spec.params.items()
-        if k in ("layout", "page_size", "kv_dtype", "seq_q")
+        if k in ("layout", "page_size", "kv_dtype", "seq_q", "kv_heads")
     )
     return f"{module}-{spec.kernel}-{spec.params.get('dtype')}-{extra}"
 

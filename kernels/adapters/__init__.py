@@ -67,7 +67,8 @@ ADAPTERS: dict[str, AdapterInfo] = {
         "torch",
         "gemm gemm_fp8_rowwise gemm_fp8_tensorwise gemm_grouped gemm_grouped_fp8_rowwise",
         "torch.mm (cuBLAS); torch._scaled_mm row-wise / per-tensor (cuBLASLt on torch 2.11); "
-        "torch._grouped_mm / _scaled_grouped_mm (CUTLASS grouped GEMMs on sm90)",
+        "torch._grouped_mm / _scaled_grouped_mm (CUTLASS grouped GEMMs on sm90 per ATen's "
+        "source; not yet confirmed on a GPU)",
     ),
 }
 

@@ -11,13 +11,16 @@
   GEMM on Hopper needs the CuTe DSL (``nvidia-cutlass-dsl``), not yet an adapter.
 - ``gemm_fp8_tensorwise``: ``torch._scaled_mm`` with one scale per tensor
   (cuBLASLt).
-- ``gemm_grouped``: ``torch._grouped_mm`` over the experts of an MoE layer. On
-  sm90 ATen implements it with a CUTLASS grouped GEMM
-  (``bf16bf16_grouped_gemm_impl_sm90_sm100`` in ``GroupMM.cu``): the **CUTLASS**
-  GEMM of this adapter. The CPU has a reference fallback.
+- ``gemm_grouped``: ``torch._grouped_mm`` over the experts of an MoE layer. ATen's
+  source implements it on sm90 with a CUTLASS grouped GEMM
+  (``bf16bf16_grouped_gemm_impl_sm90_sm100`` in ``GroupMM.cu``), which would make
+  it this adapter's CUTLASS GEMM. **Not yet confirmed on the H200**: after
+  ``_scaled_mm`` turned out to be cuBLASLt there, the claim waits for
+  ``test_grouped_gemm_runs_a_cutlass_kernel_on_hopper`` (kernel names). The CPU has
+  a reference fallback.
 - ``gemm_grouped_fp8_rowwise``: ``torch._scaled_grouped_mm`` (row-wise scales per
-  token and per expert output channel): ATen's CUTLASS FP8 grouped GEMM on sm90;
-  CUDA only.
+  token and per expert output channel): per ATen's source a CUTLASS FP8 grouped
+  GEMM on sm90 (same caveat); CUDA only.
 
 ``_scaled_mm`` wants the second operand column-major: ``w.t()`` of a row-major
 ``[n, k]`` weight is exactly that, with no copy.

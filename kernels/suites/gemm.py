@@ -13,13 +13,14 @@ rounding, not the quantization both sides share.
 Grouped (MoE) cases: the tokens routed to E experts, sorted by expert, are one
 ``A[M, k]``; expert e multiplies rows ``offs[e-1]:offs[e]`` by its own ``W[e]``
 (``[E, n, k]``). ``group_lens`` gives the tokens per expert (a skewed mix, as a
-router produces); each is rounded up to ``GROUP_ALIGN`` rows, the padding MoE
-training and serving stacks apply for these kernels (PyTorch's grouped GEMMs
-want 16-byte aligned groups).
+router produces); each is rounded up to ``GROUP_ALIGN`` rows, as MoE stacks pad
+token groups for these kernels. Whether PyTorch's grouped GEMMs also accept
+unpadded groups was not tried.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -125,7 +126,7 @@ def _fp8(kernel: str, p: Params, m: int, n: int, k: int) -> CaseSpec:
 
 
 def group_sizes(lens: list[int]) -> list[int]:
-    """Tokens per expert, each rounded up to ``GROUP_ALIGN`` rows (empty experts stay 0)."""
+    """Tokens per expert, each rounded up to ``GROUP_ALIGN`` rows."""
     return [-(-int(x) // GROUP_ALIGN) * GROUP_ALIGN for x in lens]
 
 
@@ -136,7 +137,7 @@ def _grouped(kernel: str, p: Params) -> CaseSpec:
     experts, m = len(sizes), sum(sizes)
     in_dtype = torch.float32 if fp8 else dtype_of(str(p["dtype"]))
     out_dtype = torch.bfloat16 if fp8 else in_dtype
-    ends = [sum(sizes[: e + 1]) for e in range(experts)]
+    ends = list(itertools.accumulate(sizes))
 
     def make(g: torch.Generator, dev: torch.device) -> Inputs:
         a = randn((m, k), g, dev, in_dtype)
@@ -169,7 +170,7 @@ def _grouped(kernel: str, p: Params) -> CaseSpec:
         return out
 
     name = "float8_e4m3fn" if fp8 else str(p["dtype"])
-    scales = 4.0 * (m + experts * n) if fp8 else 0.0
+    scales = flops.rowwise_scale_bytes(m, experts * n) if fp8 else 0.0
     return CaseSpec(
         kernel,
         p,
