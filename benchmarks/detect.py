@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from kernelwatch.jobs.detect import detect
+from kernelwatch.jobs.judging.detect import detect
 
 LENGTH = 200
 NOISES = (0.003, 0.01, 0.03)
@@ -445,7 +445,7 @@ DOC = """\
 # Change-point detection
 
 `kernelwatch detect` and the dashboard's regression flags find the commits at which
-a series' level moved (`kernelwatch.jobs.detect`). This page says how the detector
+a series' level moved (`kernelwatch.jobs.judging.detect`). This page says how the detector
 works, how its defaults were chosen, and how it compares with other detectors on
 synthetic performance histories. The numbers below are measured by
 `benchmarks/detect.py`; rerun it to refresh this page.

@@ -58,7 +58,7 @@ from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, store_record, upsert_commit
-from kernelwatch.jobs.celery_app import enqueue_run, make_celery
+from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
 
 PG_ADMIN_URL = os.environ.get(
     "KW_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -148,7 +148,7 @@ def make_library(root: Path) -> tuple[str, str]:
 def start_workers(n: int, env: dict[str, str], logs: Path) -> list[subprocess.Popen[bytes]]:
     procs = []
     for i in range(n):
-        argv = [sys.executable, "-m", "kernelwatch.jobs.cli", "worker", "--queues", "cpu"]
+        argv = [sys.executable, "-m", "kernelwatch.jobs.cli.main", "worker", "--queues", "cpu"]
         argv += ["--name", f"bench{i}@%h", "--loglevel", "WARNING"]
         with open(logs / f"worker{i}.log", "ab") as log:
             procs.append(

@@ -8,7 +8,7 @@
 #   c. `kernelwatch worker --per-gpu` in the background: the supervisor, one Celery
 #      worker per GPU pinned with CUDA_VISIBLE_DEVICES=<uuid>
 #   d. one real run of the basic suite of the demo library (tinykern, a git repo of
-#      Triton kernels made by jobs/demo.py) through the normal planner -> broker ->
+#      Triton kernels made by jobs/demo/pipeline.py) through the normal planner -> broker ->
 #      worker -> environment -> suite subprocess -> database path, waited for (bounded)
 #   e. the database as JSON: runs, results (kernel, status, device, median), worker
 #      heartbeats (host, GPU, UUID, driver, CUDA, torch/triton, clock, state, run);
@@ -125,7 +125,7 @@ def _load(name: str):
 def detect() -> None:
     import importlib.metadata as md
 
-    from kernelwatch.jobs.gpuinfo import local_device_class, queue_for
+    from kernelwatch.jobs.planning.queues import local_device_class, queue_for
     from kernelwatch.worker import fleet_cli, gpus
 
     found = gpus.query()
@@ -169,11 +169,11 @@ def submit() -> None:
     from kernelwatch.db.migrate import upgrade
     from kernelwatch.db.models import FINAL_STATES, Result, Run
     from kernelwatch.db.session import session_factory
-    from kernelwatch.jobs.celery_app import make_celery
-    from kernelwatch.jobs.demo import create_demo_repository
-    from kernelwatch.jobs.gitrepo import git
-    from kernelwatch.jobs.gpuinfo import local_device_class, queue_for
-    from kernelwatch.jobs.planning import RunRequest, plan
+    from kernelwatch.jobs.planning.broker import make_celery
+    from kernelwatch.jobs.demo.pipeline import create_demo_repository
+    from kernelwatch.jobs.library.mirror import git
+    from kernelwatch.jobs.planning.queues import local_device_class, queue_for
+    from kernelwatch.jobs.planning.plan import RunRequest, plan
 
     t0 = time.monotonic()
     wait_s = float(os.environ.get("KW_FLEET_WAIT_S", "90"))
@@ -631,7 +631,7 @@ pth_setup() {
 }
 s=$(ms); pth_setup > "$W/logs/pth.log" 2>&1; record pth $? "$s"
 
-step db-upgrade "$(cap 45 75)" "$PY" -m kernelwatch.jobs.cli db upgrade
+step db-upgrade "$(cap 45 75)" "$PY" -m kernelwatch.jobs.cli.main db upgrade
 
 # ------------------------------------------------------------------ a. health, b. detection
 # side by side (detection only asks nvidia-smi); each bounded on its own
@@ -644,7 +644,7 @@ record health $? "$s" "$t"
 wait "$DETECT"
 
 # ------------------------------------------------------------------ c. the supervisor
-"$PY" -m kernelwatch.jobs.cli worker --per-gpu --loglevel INFO > "$W/logs/supervisor.log" 2>&1 &
+"$PY" -m kernelwatch.jobs.cli.main worker --per-gpu --loglevel INFO > "$W/logs/supervisor.log" 2>&1 &
 SUP=$!
 echo "$SUP" > "$W/supervisor.pid"
 record "worker-start(pid $SUP)" 0 "$(ms)"
@@ -660,7 +660,7 @@ sleep 1
 # ------------------------------------------------------------------ e. database
 step dump "$(cap 20 20)" "${HELP[@]}" dump db.json
 RUN_ID=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["run_ids"][0])' "$W/submit.json" 2>/dev/null)
-[ -n "$RUN_ID" ] && [ "$(cap 99 30)" -gt 5 ] && step show "$(cap 20 20)" "$PY" -m kernelwatch.jobs.cli show "$RUN_ID" --json  # logs/show.log
+[ -n "$RUN_ID" ] && [ "$(cap 99 30)" -gt 5 ] && step show "$(cap 20 20)" "$PY" -m kernelwatch.jobs.cli.main show "$RUN_ID" --json  # logs/show.log
 
 # ------------------------------------------------------------------ f. stop
 step stop "$(cap 35 5)" "${HELP[@]}" stop "$SUP" "$(cap 28 10)"

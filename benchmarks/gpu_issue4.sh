@@ -120,7 +120,7 @@ p.add_argument("bench_args", nargs=argparse.REMAINDER)
 a = p.parse_args()
 extra = dict(e.split("=", 1) for e in a.env)
 if a.recipe:
-    from kernelwatch.jobs import recipes
+    from kernelwatch.worker import recipes
     extra.update(recipes.parse(Path(a.recipe).read_text()).select(a.profile).env)
 work = Path("/tmp/kwbench") / a.name
 shutil.rmtree(work, ignore_errors=True)
@@ -312,7 +312,7 @@ if [ -n "${FI_PATH:-}" ]; then
 fi
 FA3_ANY=$(for j in "$OUT"/fa3-build-*.json; do $PY -c "import json; print(':'.join(json.load(open('$j'))['pythonpath']))" 2>/dev/null; done | head -1)
 run_step pytest-gpu-adapters 100 env PYTHONPATH="$KW:$ROOT:${FI_PATH:-}:${FA3_ANY:-}" \
-  $PY -m pytest -q -m gpu tests/test_gpu_adapters.py tests/test_gpu_kernels.py -k "adapter or spin" \
+  $PY -m pytest -q -m gpu tests/kernels/test_gpu_adapters.py tests/kernels/test_gpu_kernels.py -k "adapter or spin" \
   -p no:cacheprovider -o addopts="" -rs
 cp "$OUT/logs/pytest-gpu-adapters.log" "$OUT/pytest-gpu-adapters.txt" 2> /dev/null
 cp ~/.cache/kernelwatch/peaks-*.json "$OUT/" 2> /dev/null

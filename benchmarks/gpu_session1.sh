@@ -11,7 +11,7 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperat
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 t0=$(date +%s)
 python3 -m kernelwatch.kernels.runner --out $OUT/bench_h200.jsonl 2>$OUT/bench_stderr.log; echo "bench rc=$? $(( $(date +%s)-t0 ))s"
-python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" --timeout=500 2>&1 | tail -25 | tee $OUT/pytest_gpu.txt
+python3 -m pytest -m gpu tests/kernels/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" --timeout=500 2>&1 | tail -25 | tee $OUT/pytest_gpu.txt
 python3 benchmarks/measurement.py --part cv --out $OUT/measurement_cv.json 2>&1 | tail -20
 python3 - <<'PY'
 import json, os

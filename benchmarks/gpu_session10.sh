@@ -30,7 +30,7 @@ fa3() {  # fa3 SHORT -> JSON of the built environment on stdout
 (fa3 16c7f0f6 > "$OUT/r/fa3-a.json" 2> "$OUT/r/fa3-a.log"; fa3 3e87e421 > "$OUT/r/fa3-b.json" 2> "$OUT/r/fa3-b.log"
  touch /tmp/kw-ab.done; fa3 c75d019d > "$OUT/r/fa3-c.json" 2> "$OUT/r/fa3-c.log") &
 BUILDS=$!
-timeout "$(left 200)" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" \
+timeout "$(left 200)" python3 -m pytest -m gpu tests/kernels/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" \
   > "$OUT/r/pytest_gpu_kernels10.txt" 2>&1; tail -3 "$OUT/r/pytest_gpu_kernels10.txt"
 while [ ! -e /tmp/kw-ab.done ] && kill -0 $BUILDS 2>/dev/null; do sleep 2; done
 path() { python3 -c "import json,sys; print(':'.join(json.load(open(sys.argv[1]))['pythonpath']))" "$1"; }
@@ -39,7 +39,7 @@ if [ -n "$A" ] && [ -n "$B" ]; then
   # the trimmed profile's env tells the adapter which cases the build left out
   eval "$(python3 -c "
 from pathlib import Path
-from kernelwatch.jobs import recipes
+from kernelwatch.worker import recipes
 for k, v in recipes.parse(Path('docs/flash-attention.kernelwatch.toml').read_text()).select('trimmed').env.items():
     print(f'export {k}={v}')")"
   timeout "$(left 390)" python3 -m kernelwatch.kernels.paired_suite --baseline-path "$A" --candidate-path "$B" \
@@ -63,7 +63,7 @@ import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l); print(r['status'], (r.get('timing') or {}).get('median'), (r.get('throughput') or {}).get('tflops'), r['params'])" "$OUT/r/fa3_c_bench.jsonl"
 fi
-PYTHONPATH=$PYTHONPATH:/tmp/fi:${C:-$A} timeout "$(left 560)" python3 -m pytest -m gpu tests/test_gpu_adapters.py -q \
+PYTHONPATH=$PYTHONPATH:/tmp/fi:${C:-$A} timeout "$(left 560)" python3 -m pytest -m gpu tests/kernels/test_gpu_adapters.py -q \
   -p no:cacheprovider -o addopts="" -rs > "$OUT/r/pytest_gpu_adapters10.txt" 2>&1; tail -3 "$OUT/r/pytest_gpu_adapters10.txt"
 tar -czf "$OUT/session10.tgz" -C "$OUT" r
 echo "[$(( $(date +%s) - T0 ))s] done"

@@ -25,7 +25,7 @@ cp /tmp/fleetout/fleet.tgz "$OUT_MAIN/r/" 2>/dev/null; tail -15 "$OUT_MAIN/r/fle
 OUT=$OUT_MAIN
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fi \
   .whl/flashinfer_python-0.5.3-*.whl .whl/apache_tvm_ffi-*.whl .whl/nvidia_cudnn_frontend-*.whl
-PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 525)" python3 -m pytest -m gpu tests/test_gpu_adapters.py -q \
+PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 525)" python3 -m pytest -m gpu tests/kernels/test_gpu_adapters.py -q \
   -p no:cacheprovider -o addopts="" -rA --tb=short -k "flashinfer and (prefill_fp8 or NHD0)" \
   > "$OUT/r/pytest_fi_fp8_11.txt" 2>&1; tail -5 "$OUT/r/pytest_fi_fp8_11.txt"
 tar -czf "$OUT/session11.tgz" -C "$OUT" r

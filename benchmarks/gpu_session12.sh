@@ -9,14 +9,14 @@
 #  3. issue 4: the FlashInfer decode adapter tests that run 10 had no time for.
 . benchmarks/gpu_prelude.sh
 with_flashinfer
-PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 100)" python3 -m pytest -m gpu tests/test_gpu_adapters.py -q \
+PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 100)" python3 -m pytest -m gpu tests/kernels/test_gpu_adapters.py -q \
   -p no:cacheprovider -o addopts="" -rA --tb=short -k "grouped or (flashinfer and prefill_fp8)" \
   > "$OUT/r/pytest_grouped_fp8_12.txt" 2>&1; tail -8 "$OUT/r/pytest_grouped_fp8_12.txt"
 timeout "$(left 430)" python3 benchmarks/measurement.py --part paired --only "fp32 add 64M" --pairs 16 \
   --condition A/A --condition +0.5% --trials 20 --paired-budget 2.5 --deadline-s 290 \
   --out "$OUT/r/measurement_pairs12.json" > "$OUT/r/measurement_pairs12.log" 2>&1
 tail -4 "$OUT/r/measurement_pairs12.log"
-PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 530)" python3 -m pytest -m gpu tests/test_gpu_adapters.py -q \
+PYTHONPATH=$PYTHONPATH:/tmp/fi timeout "$(left 530)" python3 -m pytest -m gpu tests/kernels/test_gpu_adapters.py -q \
   -p no:cacheprovider -o addopts="" -rA --tb=short -k "flashinfer and (decode or NHD or HND)" \
   > "$OUT/r/pytest_fi_decode_12.txt" 2>&1; tail -4 "$OUT/r/pytest_fi_decode_12.txt"
 tar -czf "$OUT/session12.tgz" -C "$OUT" r

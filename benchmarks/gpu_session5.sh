@@ -15,7 +15,7 @@ left() { echo $(( ${1:-570} - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee $OUT/nvidia-smi.txt
 s=$(date +%s)
 timeout 120 python3 -m kernelwatch.kernels.runner --out $OUT/bench_h200.jsonl 2>$OUT/bench_stderr.log; echo "bench rc=$? $(( $(date +%s)-s ))s"
-timeout 200 python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" --timeout=150 > $OUT/pytest_gpu_kernels.txt 2>&1; tail -4 $OUT/pytest_gpu_kernels.txt
+timeout 200 python3 -m pytest -m gpu tests/kernels/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" --timeout=150 > $OUT/pytest_gpu_kernels.txt 2>&1; tail -4 $OUT/pytest_gpu_kernels.txt
 timeout 40 python3 benchmarks/l2_probe.py $OUT/l2_probe.json 2>&1 | tail -4
 echo "[$(( $(date +%s)-T0 ))s] paired"
 timeout $(left 480) python3 benchmarks/measurement.py --part paired --trials 20 --paired-budget 2.5 --out $OUT/measurement_paired5.json 2>&1 | grep -v "trial " | tail -16

@@ -28,7 +28,7 @@ fa3() {  # fa3 SHORT -> JSON of the built environment on stdout
 # builds on the CPU while the GPU tests run
 (fa3 16c7f0f6 > "$OUT/r/fa3-a.json" 2> "$OUT/r/fa3-a.log"; fa3 3e87e421 > "$OUT/r/fa3-b.json" 2> "$OUT/r/fa3-b.log") &
 BUILDS=$!
-timeout "$(left 200)" python3 -m pytest -m gpu tests/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" \
+timeout "$(left 200)" python3 -m pytest -m gpu tests/kernels/test_gpu_kernels.py -q -p no:cacheprovider -o addopts="" \
   > "$OUT/r/pytest_gpu_kernels9.txt" 2>&1; tail -3 "$OUT/r/pytest_gpu_kernels9.txt"
 wait $BUILDS
 path() { python3 -c "import json,sys; print(':'.join(json.load(open(sys.argv[1]))['pythonpath']))" "$1"; }
@@ -37,7 +37,7 @@ if [ -n "$A" ] && [ -n "$B" ]; then
   # the trimmed profile's env tells the adapter which cases the build left out
   eval "$(python3 -c "
 from pathlib import Path
-from kernelwatch.jobs import recipes
+from kernelwatch.worker import recipes
 for k, v in recipes.parse(Path('docs/flash-attention.kernelwatch.toml').read_text()).select('trimmed').env.items():
     print(f'export {k}={v}')")"
   timeout "$(left 470)" python3 -m kernelwatch.kernels.paired_suite --baseline-path "$A" --candidate-path "$B" \
@@ -49,7 +49,7 @@ for l in open(sys.argv[1]):
     r = json.loads(l); p = r['paired']
     print(r['status'], p.get('verdict'), p.get('ratio'), p.get('ci_low'), p.get('ci_high'), r['params'])" "$OUT/r/fa3_paired.jsonl"
 fi
-PYTHONPATH=$PYTHONPATH:/tmp/fi:$A timeout "$(left 560)" python3 -m pytest -m gpu tests/test_gpu_adapters.py -q \
+PYTHONPATH=$PYTHONPATH:/tmp/fi:$A timeout "$(left 560)" python3 -m pytest -m gpu tests/kernels/test_gpu_adapters.py -q \
   -p no:cacheprovider -o addopts="" -rs > "$OUT/r/pytest_gpu_adapters9.txt" 2>&1; tail -3 "$OUT/r/pytest_gpu_adapters9.txt"
 tar -czf "$OUT/session9.tgz" -C "$OUT" r
 echo "[$(( $(date +%s) - T0 ))s] done"

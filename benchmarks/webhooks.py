@@ -125,7 +125,7 @@ def start_server(database_url: str, data_dir: Path, port: int) -> subprocess.Pop
         "KW_DATA_DIR": str(data_dir),
         "KW_WEBHOOK_SECRET": SECRET,
     }
-    argv = [sys.executable, "-m", "kernelwatch.jobs.cli", "api", "--port", str(port)]
+    argv = [sys.executable, "-m", "kernelwatch.jobs.cli.main", "api", "--port", str(port)]
     argv += ["--log-level", "warning", "--no-reporter"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

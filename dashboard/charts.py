@@ -24,7 +24,7 @@ METRICS = {
     "gbps": "GB/s (higher is better)",
     "pct": "% of the GPU's measured peak (higher is better)",
 }
-VERSION_PREFIX = "version:"  # released versions are stored as pseudo-commits (jobs/planning)
+VERSION_PREFIX = "version:"  # released versions are stored as pseudo-commits (jobs/planning/plan)
 
 
 def version_of(sha: str) -> str | None:

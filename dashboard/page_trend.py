@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav
-from kernelwatch.jobs.detect import detect
+from kernelwatch.jobs.judging.detect import detect
 
 MAX_SERIES = 12
 ANY = "(all)"

@@ -2,7 +2,7 @@
 
 Why a module of its own: every adapter of a kernel shares one model, so two
 libraries measured on the same case are divided by the same numbers, and the
-models can be checked against hand-counted cases (``tests/test_flops.py``).
+models can be checked against hand-counted cases (``tests/kernels/test_flops.py``).
 Pure arithmetic, no torch: the counts depend on shapes and dtypes only.
 
 Conventions (the ones FlashAttention's and FlashInfer's benchmarks report):

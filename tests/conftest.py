@@ -156,7 +156,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """Run the installed ``kernelwatch`` command as a user would."""
     return subprocess.run(
-        [sys.executable, "-m", "kernelwatch.jobs.cli", *args],
+        [sys.executable, "-m", "kernelwatch.jobs.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

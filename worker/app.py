@@ -18,8 +18,8 @@ from sqlalchemy.exc import OperationalError
 
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.session import session_factory
-from kernelwatch.jobs.celery_app import EXECUTE_RUN, make_celery
 from kernelwatch.jobs.errors import InfrastructureError
+from kernelwatch.jobs.planning.broker import EXECUTE_RUN, make_celery
 from kernelwatch.worker import fleetconfig
 from kernelwatch.worker.executor import abandon, execute
 from kernelwatch.worker.heartbeat import Heartbeats, RunCancelled, RunLeased, kill_children

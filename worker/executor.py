@@ -35,16 +35,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.store import store_record, stored_case_ids
-from kernelwatch.jobs import libspec, recipes, repoconfig
-from kernelwatch.jobs.analysis import analyze_ready, run_thresholds
 from kernelwatch.jobs.errors import (
     CommitNotFound,
     ConfigError,
     InstallError,
     SourceError,
 )
-from kernelwatch.jobs.gitrepo import Mirror
-from kernelwatch.worker import submodules, venvs
+from kernelwatch.jobs.judging.analysis import analyze_ready, run_thresholds
+from kernelwatch.jobs.library import libspec, repoconfig
+from kernelwatch.jobs.library.mirror import Mirror
+from kernelwatch.worker import recipes, submodules, venvs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env

@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kernelwatch.jobs.celery_app import worker_argv
-from kernelwatch.jobs.gpuinfo import queue_for
+from kernelwatch.jobs.planning.broker import worker_argv
+from kernelwatch.jobs.planning.queues import queue_for
 from kernelwatch.worker import gpus
 from kernelwatch.worker.process import die_with_parent
 

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from kernelwatch.jobs.gpuinfo import visible_rows
+from kernelwatch.jobs.planning.queues import visible_rows
 from kernelwatch.kernels.device import device_class
 
 FIELDS = (

@@ -21,7 +21,7 @@ is silent for ``lease_stale_s`` (killed, machine gone), the next delivery takes 
 run over and measures only the cases without a result.
 
 *Cancellation*: when the child's beat finds its run ``cancelled`` (superseded, see
-``jobs/cancel.py``), it signals its own process; the handler kills the suite
+``jobs/planning/cancel.py``), it signals its own process; the handler kills the suite
 subprocess group and raises ``RunCancelled`` in the task. A plain SIGTERM (cold
 shutdown, a revoke with terminate) also kills the suite group before the child
 exits, so no measurement is left running on the GPU without its worker.
@@ -55,8 +55,8 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.fleet import WorkerHeartbeat, beat
 from kernelwatch.db.models import Run
 from kernelwatch.db.session import engine_for, session_factory
-from kernelwatch.jobs.celery_app import EXECUTE_RUN
 from kernelwatch.jobs.errors import KernelwatchError
+from kernelwatch.jobs.planning.broker import EXECUTE_RUN
 from kernelwatch.worker import gpus, health
 from kernelwatch.worker.fleetconfig import FleetConfig
 

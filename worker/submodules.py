@@ -12,7 +12,7 @@ repository under test. Prefix rewriting means one entry can cover a whole host
 (``https://github.com/`` → ``file:///srv/mirrors/github/``). Local mirrors need
 the ``file`` transport, which git refuses for submodules by default since
 2.38.1; it is allowed here for the URLs the server named, and the same
-protocol allow-list as ``jobs/gitrepo.py`` applies otherwise.
+protocol allow-list as ``jobs/library/mirror.py`` applies otherwise.
 """
 
 from __future__ import annotations

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernelwatch.jobs.errors import InstallError
-from kernelwatch.jobs.libspec import CommitSpec, VersionSpec, normalize_name
-from kernelwatch.jobs.recipes import BuildRecipe
+from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
 from kernelwatch.worker import submodules
 from kernelwatch.worker.process import run_logged
+from kernelwatch.worker.recipes import BuildRecipe
 from kernelwatch.worker.sandbox import clean_env
 
 MARKER = ".kw-env.json"

@@ -19,14 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kernelwatch.jobs.errors import InstallError
-from kernelwatch.jobs.libspec import CommitSpec
+from kernelwatch.jobs.library.libspec import CommitSpec
 from kernelwatch.worker import submodules
 from kernelwatch.worker.venvs import DEFAULT_MAX_BYTES, Env, EnvCache, probe_toolchain
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``install`` a version or ``build`` a commit into the cache; print the entry as JSON."""
-    from kernelwatch.jobs import libspec
+    from kernelwatch.jobs.library import libspec
 
     p = argparse.ArgumentParser(prog="python -m kernelwatch.worker.venvs", description=__doc__)
     p.add_argument("--root", required=True, type=Path, help="cache directory")
@@ -82,8 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _build_command(args: argparse.Namespace, cache: EnvCache) -> Env:
     from dataclasses import replace
 
-    from kernelwatch.jobs import libspec, recipes
-    from kernelwatch.jobs.gitrepo import Mirror
+    from kernelwatch.jobs.library import libspec
+    from kernelwatch.jobs.library.mirror import Mirror
+    from kernelwatch.worker import recipes
 
     vendor = dict(v.split("=", 1) for v in args.vendor)
     text = args.config.read_text(encoding="utf-8") if args.config else None

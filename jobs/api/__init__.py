@@ -1,7 +1,7 @@
 """``kernelwatch api``: the GitHub webhook endpoint and the read-only REST API.
 
 - ``POST /webhooks/github``: signature, size and delivery checks, then
-  :mod:`kernelwatch.jobs.webhooks` plans runs.
+  :mod:`kernelwatch.jobs.github.events` plans runs.
 - ``GET /healthz``, ``GET /metrics`` (Prometheus text).
 - ``GET /api/v1/runs``, ``/api/v1/runs/{id}``, ``/api/v1/verdicts``.
 

@@ -2,7 +2,7 @@
 
 Everything the routes need is built here and handed over explicitly (no globals), so
 tests build an app around a real database, a real broker and a loopback GitHub.
-The reporter loop (:class:`~kernelwatch.jobs.reporting.ReporterThread`) runs inside
+The reporter loop (:class:`~kernelwatch.jobs.github.reporter.ReporterThread`) runs inside
 the application's lifespan unless ``reporter_interval_s`` is None.
 """
 
@@ -20,10 +20,10 @@ from kernelwatch.db.config import Settings
 from kernelwatch.jobs.api import rest, webhook
 from kernelwatch.jobs.api.context import ApiContext
 from kernelwatch.jobs.api.metrics import Metrics
-from kernelwatch.jobs.github import GitHubClient
-from kernelwatch.jobs.reporting import Reporter, ReporterThread
-from kernelwatch.jobs.watched import Secrets, WatchedRepo, repos_from_env
-from kernelwatch.jobs.webhooks import WebhookHandler
+from kernelwatch.jobs.github.client import GitHubClient
+from kernelwatch.jobs.github.events import WebhookHandler
+from kernelwatch.jobs.github.reporter import Reporter, ReporterThread
+from kernelwatch.jobs.github.watched import Secrets, WatchedRepo, repos_from_env
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.jobs.api.metrics import Metrics
-from kernelwatch.jobs.github import GitHubClient
-from kernelwatch.jobs.reporting import Reporter
-from kernelwatch.jobs.watched import Secrets, WatchedRepo
-from kernelwatch.jobs.webhooks import WebhookHandler
+from kernelwatch.jobs.github.client import GitHubClient
+from kernelwatch.jobs.github.events import WebhookHandler
+from kernelwatch.jobs.github.reporter import Reporter
+from kernelwatch.jobs.github.watched import Secrets, WatchedRepo
 
 
 @dataclass

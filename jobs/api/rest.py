@@ -21,8 +21,8 @@ from kernelwatch.jobs.api.schemas import (
     RunList,
     VerdictOut,
 )
-from kernelwatch.jobs.report import run_summary
-from kernelwatch.jobs.verdicts import commit_verdict, repository_ids, runs_of_commit
+from kernelwatch.jobs.judging.report import run_summary
+from kernelwatch.jobs.judging.verdicts import commit_verdict, repository_ids, runs_of_commit
 
 router = APIRouter()
 

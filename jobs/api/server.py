@@ -8,8 +8,8 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.session import session_factory
 from kernelwatch.jobs.api.app import DEFAULT_MAX_BODY, create_app
-from kernelwatch.jobs.celery_app import make_celery
-from kernelwatch.jobs.github import GitHubClient
+from kernelwatch.jobs.github.client import GitHubClient
+from kernelwatch.jobs.planning.broker import make_celery
 
 
 def serve(

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from kernelwatch.jobs.api.context import ApiContext, context
 from kernelwatch.jobs.api.schemas import ErrorResponse, WebhookResponse
 from kernelwatch.jobs.api.signature import matching_secret
-from kernelwatch.jobs.webhooks import repository_of
+from kernelwatch.jobs.github.events import repository_of
 
 router = APIRouter()
 

@@ -1,0 +1,73 @@
+"""``kernelwatch serve``: API, worker and dashboard on one machine, as one command.
+
+Each part runs as its own ``kernelwatch`` process (the worker must be a separate
+process anyway, and the dashboard is a Streamlit server); this supervisor starts
+them, runs database migrations first, and stops all of them when it is stopped
+or when any one of them exits, so a half-running service never lingers.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from types import FrameType
+
+PARTS = ("api", "worker", "dashboard")
+
+
+def part_argvs(
+    api_port: int, dashboard_port: int, host: str, queues: str | None
+) -> dict[str, list[str]]:
+    base = [sys.executable, "-m", "kernelwatch.jobs.cli.main"]
+    worker = [*base, "worker"] + (["--queues", queues] if queues else [])
+    return {
+        "api": [*base, "api", "--host", host, "--port", str(api_port)],
+        "worker": worker,
+        "dashboard": [*base, "dashboard", "--address", host, "--port", str(dashboard_port)],
+    }
+
+
+def supervise(argvs: dict[str, list[str]], poll_s: float = 0.5) -> int:
+    """Start every part; when one exits or we get SIGTERM/SIGINT, stop the others."""
+    procs = {name: subprocess.Popen(argv) for name, argv in argvs.items()}
+    stopping = False
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    code = 0
+    try:
+        while not stopping:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    print(
+                        f"kernelwatch serve: {name} exited ({proc.returncode}); stopping",
+                        file=sys.stderr,
+                    )
+                    code = proc.returncode or 1
+                    stopping = True
+                    break
+            time.sleep(poll_s)
+    finally:
+        _stop_all(procs.values())
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code
+
+
+def _stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + 30
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -1,0 +1,1 @@
+"""``kernelwatch demo``: a throwaway kernel library with history, run through the pipeline."""

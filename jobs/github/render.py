@@ -1,0 +1,171 @@
+"""Verdicts as text: the terminal table of ``kernelwatch gate`` and the PR comment.
+
+Both are pure functions of a :class:`~kernelwatch.jobs.judging.verdicts.CommitVerdict`, so
+tests pin them with golden files. Nothing here touches the database or GitHub.
+"""
+
+from __future__ import annotations
+
+from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase
+
+COMMENT_MARKER = "<!-- kernelwatch:pr-comment -->"
+_ICON = {"success": "✅", "failure": "❌", "error": "⚠️", "pending": "⏳"}
+_CASE_ICON = {"regression": "🔴", "broken": "💥", "error": "⚠️", "improvement": "🟢"}
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.3f}×"
+
+
+def fmt_interval(case: MovedCase) -> str:
+    if case.ci_low is None or case.ci_high is None:
+        return "-"
+    return f"{case.ci_low:.3f}–{case.ci_high:.3f}"
+
+
+def _case_name(case: MovedCase) -> str:
+    return f"{case.kernel} {case.label}".strip()
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
+    """The table ``kernelwatch gate`` prints."""
+    lines = [
+        f"{verdict.repository}@{verdict.sha[:12]}: {verdict.overall.upper()}",
+        "",
+        f"  {'gpu class':<12} {'state':<8} {'run':>6}  description",
+    ]
+    for c in verdict.classes:
+        lines.append(f"  {c.device_class:<12} {c.state:<8} {c.run_id:>6}  {c.description}")
+    for c in verdict.classes:
+        if not c.moved:
+            continue
+        lines += ["", f"  {c.device_class}: cases that moved"]
+        lines.append(
+            f"    {'verdict':<12} {'ratio':>8} {'interval':>13} {'baseline':>10} {'now':>10}  case"
+        )
+        for m in c.moved:
+            lines.append(
+                f"    {m.verdict:<12} {fmt_ratio(m.ratio):>8} {fmt_interval(m):>13} "
+                f"{fmt_time(m.baseline_median_s):>10} {fmt_time(m.median_s):>10}  "
+                f"{_case_name(m)}" + (f"  ({m.error[:60]})" if m.error else "")
+            )
+        if dashboard_url:
+            lines.append(f"    {dashboard_url.rstrip('/')}{c.dashboard_path}")
+    if not verdict.classes:
+        lines.append("  (no runs of this commit)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def _md(text: str) -> str:
+    """Table-cell safe: pipes escaped, newlines folded, backticks and HTML neutralised."""
+    return (
+        " ".join(text.split())
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("`", "'")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+    )
+
+
+def _headline(verdict: CommitVerdict) -> str:
+    totals: dict[str, int] = {}
+    for c in verdict.classes:
+        for key, n in c.counts.items():
+            totals[key] = totals.get(key, 0) + n
+    overall = verdict.overall
+    if overall == "fail":
+        bad = [
+            f"{totals[k]} {k}" + ("s" if k == "regression" and totals[k] > 1 else "")
+            for k in ("regression", "broken")
+            if totals.get(k)
+        ]
+        return f"❌ {', '.join(bad)}"
+    if overall == "error":
+        return "⚠️ could not judge every GPU class"
+    if overall == "pending":
+        return "⏳ measuring"
+    if overall == "pass":
+        return "✅ no regressions"
+    return "no runs"
+
+
+def render_comment(
+    verdict: CommitVerdict,
+    *,
+    dashboard_url: str,
+    baseline_label: str = "merge-base",
+    paired: bool = False,
+) -> str:
+    """Markdown for the one PR comment kernelwatch keeps (updated in place)."""
+    base_url = dashboard_url.rstrip("/")
+    baselines = sorted({c.baseline_sha for c in verdict.classes if c.baseline_sha})
+    against = f" against {baseline_label} `{baselines[0][:12]}`" if len(baselines) == 1 else ""
+    out = [
+        COMMENT_MARKER,
+        f"### kernelwatch: {_headline(verdict)}",
+        "",
+        f"Commit `{verdict.sha[:12]}`{against}.",
+        "",
+        "| GPU class | result | summary | details |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in verdict.classes:
+        out.append(
+            f"| `{_md(c.device_class)}` | {_ICON.get(c.state, '')} {c.state} | "
+            f"{_md(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
+        )
+    for c in verdict.classes:
+        if c.moved:
+            out += ["", *_moved_table(c)]
+    levels = sorted({c.confidence for c in verdict.classes if c.confidence is not None})
+    level = f"{levels[0] * 100:g} %" if len(levels) == 1 else "the configured"
+    paired = paired or (bool(verdict.classes) and all(c.paired for c in verdict.classes))
+    how = (
+        "baseline and candidate interleaved on the same GPU (paired A/B)"
+        if paired
+        else "baseline and candidate measured in separate runs on the same GPU class"
+    )
+    out += [
+        "",
+        f"<sub>ratio = candidate / baseline median time (above 1 is slower); interval: "
+        f"{level} confidence. Measured: {how}. This comment is updated in place.</sub>",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _moved_table(c: ClassVerdict) -> list[str]:
+    rows = [
+        f"**`{_md(c.device_class)}`: cases that moved**",
+        "",
+        "| case | verdict | ratio | interval | baseline | candidate |",
+        "| --- | --- | ---: | --- | ---: | ---: |",
+    ]
+    for m in c.moved[:50]:
+        note = f" ({_md(m.error[:80])})" if m.error else ""
+        rows.append(
+            f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {m.verdict}"
+            f"{note} | {fmt_ratio(m.ratio)} | {fmt_interval(m)} | "
+            f"{fmt_time(m.baseline_median_s)} | {fmt_time(m.median_s)} |"
+        )
+    if len(c.moved) > 50:
+        rows.append(f"| … {len(c.moved) - 50} more in the dashboard | | | | | |")
+    return rows
+
+
+__all__ = ["COMMENT_MARKER", "fmt_ratio", "fmt_time", "format_gate", "render_comment"]

@@ -1,0 +1,1 @@
+"""Judging: results against baselines, change points in history, verdict summaries."""

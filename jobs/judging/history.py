@@ -1,0 +1,97 @@
+"""The history as a second signal: change points on a branch's measurements.
+
+A pairwise verdict sees one commit against its parent; a slow drift, or a step
+smaller than one comparison's interval, shows only in the series. After each
+run of branch history (pushes, nightly, manual runs — not pull requests), the
+last ``WINDOW`` measurements of each of the run's cases on that GPU class go
+through ``kernelwatch detect``'s detector (``jobs/judging/detect.py``). A regression
+step is recorded as a ``Regression`` of kind ``changepoint`` at the commit where
+the new level starts, once, with its magnitude and p-value; the dashboard lists
+it with the pairwise ones. The detector needs ``min_segment`` points on each
+side, so a step is confirmed a few commits after it happened; that delay is the
+price of not alarming on one noisy point.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.jobs.judging.detect import detect
+
+WINDOW = 60
+HISTORY_TRIGGERS = ("push", "nightly", "manual", "backfill")
+
+
+def scan_run(session: Session, run: Run, min_effect: float) -> list[Regression]:
+    """Record new change points in the histories of ``run``'s cases; returns them."""
+    if run.trigger not in HISTORY_TRIGGERS or run.status != "succeeded" or run.commit is None:
+        return []
+    case_ids = [r.case_id for r in run.results if r.status == "pass"]
+    if not case_ids:
+        return []
+    # The newest WINDOW measured commits first (bounded: this runs whenever a run ends),
+    # then only their results for this run's cases.
+    recent = session.execute(
+        select(Run.id, Commit.sequence, Commit.sha)
+        .join(Commit, Run.commit_id == Commit.id)
+        .where(
+            Run.repository_id == run.repository_id,
+            Run.device_class == run.device_class,
+            Run.trigger.in_(HISTORY_TRIGGERS),
+            Run.status == "succeeded",
+            Commit.sequence <= run.commit.sequence,
+        )
+        .order_by(Commit.sequence.desc(), Run.id.desc())
+        .limit(4 * WINDOW)
+    ).all()
+    at: dict[int, tuple[int, str]] = {}  # run id -> (sequence, sha), newest run per commit
+    seen: set[int] = set()
+    for run_id, sequence, sha in recent:
+        if sequence is not None and sequence not in seen and len(at) < WINDOW:
+            seen.add(sequence)
+            at[run_id] = (sequence, sha)
+    rows = session.execute(
+        select(Result.case_id, Result.median_s, Result.run_id).where(
+            Result.run_id.in_(list(at)),
+            Result.case_id.in_(case_ids),
+            Result.status == "pass",
+            Result.reliable.is_(True),
+            Result.median_s.is_not(None),
+        )
+    ).all()
+    series: dict[str, list[tuple[int, float, int, str]]] = {}
+    for case_id, median, run_id in rows:
+        if median is not None:
+            sequence, sha = at[run_id]
+            series.setdefault(case_id, []).append((sequence, float(median), run_id, sha))
+    found: list[Regression] = []
+    for case_id, points in series.items():
+        points.sort()  # oldest first
+        for cp in detect([p[1] for p in points], lower_is_better=True, min_effect=min_effect):
+            if cp.direction != "regression":
+                continue
+            _, _, at_run, sha = points[cp.index]
+            exists = session.scalar(
+                select(Regression.id).where(
+                    Regression.run_id == at_run, Regression.case_id == case_id
+                )
+            )
+            if exists is not None:
+                continue  # already flagged there (pairwise or by an earlier scan)
+            reg = Regression(
+                run_id=at_run,
+                case_id=case_id,
+                kind="changepoint",
+                ratio=1 + cp.magnitude,
+                p_value=cp.p_value,
+                detail=(
+                    f"history: level {cp.magnitude * 100:+.1f} % from {sha[:12]} on "
+                    f"(change point over {len(points)} commits, p={cp.p_value:.2g})"
+                ),
+            )
+            session.add(reg)
+            found.append(reg)
+    session.flush()
+    return found

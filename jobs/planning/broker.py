@@ -1,0 +1,119 @@
+"""The Celery application both sides share: the planner sends, workers consume.
+
+The broker is Redis when ``KW_BROKER_URL`` says so; otherwise kombu's
+filesystem transport in the data directory, which needs no server yet is still
+consumed by a real worker process (never ``task_always_eager``). Delivery is
+at-least-once: late acks, re-delivery when a worker dies, prefetch 1; result
+writes are idempotent, so a second delivery cannot duplicate anything.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from celery import Celery
+
+from kernelwatch.db.config import Settings, get_settings
+
+EXECUTE_RUN = "kernelwatch.execute_run"
+PRIORITY = {
+    "pull_request": 9,
+    "gate": 9,
+    "push": 6,
+    "manual": 5,
+    "demo": 5,
+    "nightly": 2,
+    "backfill": 1,
+}
+
+
+def broker_url(settings: Settings) -> str:
+    return settings.broker_url or "filesystem://"
+
+
+def make_celery(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    url = broker_url(settings)
+    app = Celery("kernelwatch", broker=url)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue="cpu",
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_queue_max_priority=10,
+        task_default_priority=5,
+    )
+    if url.startswith("filesystem"):
+        folder = settings.broker_dir / "queue"
+        folder.mkdir(parents=True, exist_ok=True)
+        app.conf.broker_transport_options = {
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "control_folder": str(settings.broker_dir / "control"),
+            "store_processed": False,
+            "polling_interval": 0.2,
+        }
+    elif url.startswith("redis"):
+        app.conf.broker_transport_options = {
+            # Re-deliver an unacked message this long after its worker vanished.
+            "visibility_timeout": int(
+                settings.visibility_timeout_s
+                or settings.install_timeout_s + settings.suite_timeout_s + 1500
+            ),
+            "queue_order_strategy": "priority",
+        }
+    return app
+
+
+def worker_argv(
+    queues: str,
+    *,
+    concurrency: int = 1,
+    name: str | None = None,
+    loglevel: str = "INFO",
+    quiet: bool = False,
+) -> list[str]:
+    """The command line of one real Celery worker process serving ``queues``.
+
+    ``quiet`` drops gossip, mingle and heartbeats: for a single short-lived worker
+    (the demo, tests) they only add start-up time and broker chatter.
+    """
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "kernelwatch.worker.app",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "--prefetch-multiplier",
+        "1",
+        "--loglevel",
+        loglevel,
+    ]
+    if name:
+        argv += ["-n", name]
+    if quiet:
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return argv
+
+
+def enqueue_run(app: Celery, run_id: int, queue: str, trigger: str = "manual") -> None:
+    """Send a run to its device-class queue; call only after the run row is committed."""
+    app.send_task(
+        EXECUTE_RUN,
+        args=[run_id],
+        queue=queue,
+        priority=PRIORITY.get(trigger, 5),
+        task_id=f"kw-run-{run_id}",  # addressable by revoke and Flower (jobs/planning/cancel.py)
+    )

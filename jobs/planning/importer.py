@@ -1,0 +1,104 @@
+"""``kernelwatch import``: result records measured elsewhere, stored as a run.
+
+For GPU hosts that cannot reach the database (air-gapped clusters run
+``kernelwatch bench`` and carry the JSON lines out), and for the example
+dataset measured on the H200 (``docs/data/``), which a machine without a GPU
+can load to browse real numbers in the dashboard. Records are validated
+against the result schema before anything is written; the run is judged
+against ``--parent``'s run like any other.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from kernelwatch.db.config import Settings
+from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.store import get_or_create_repository, store_record, upsert_commit
+from kernelwatch.jobs.errors import ConfigError
+from kernelwatch.jobs.judging.analysis import analyze_ready
+from kernelwatch.kernels.record import ResultRecord
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    path: Path
+    repository: str
+    commit: str  # a sha or any label (e.g. "h200-2026-11-29")
+    device_class: str
+    parent: str | None = None  # the commit (label) to compare with
+    message: str = ""
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file, each checked against the result schema."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            ResultRecord.from_dict(data)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{path}:{number}: not a result record: {exc}") from exc
+        records.append(data)
+    if not records:
+        raise ConfigError(f"{path}: no records")
+    return records
+
+
+def import_records(factory: sessionmaker[Session], settings: Settings, req: ImportRequest) -> int:
+    """Store the records as one finished run of ``req.commit``; returns the run id."""
+    records = read_records(req.path)
+    suites = sorted({str(r["suite"]) for r in records})
+    now = datetime.now(UTC)
+    with factory() as session, session.begin():
+        repo = get_or_create_repository(session, req.repository, req.repository)
+        if req.parent is not None:
+            exists = session.scalar(
+                select(Commit.id).where(Commit.repository_id == repo.id, Commit.sha == req.parent)
+            )
+            if exists is None:
+                raise ConfigError(f"parent {req.parent!r} is not a commit of {req.repository}")
+        commit = upsert_commit(
+            session,
+            repo,
+            req.commit,
+            [req.parent] if req.parent else [],
+            message=req.message or f"imported from {req.path.name}",
+            committed_at=now,
+        )
+        run = Run(
+            repository_id=repo.id,
+            commit_id=commit.id,
+            suites=suites,
+            trigger="import",
+            status="succeeded",
+            device_class=req.device_class,
+            queue="import",
+            worker="import",
+            baseline_sha=req.parent,
+            options={"imported_from": str(req.path), "records": len(records)},
+            created=now,
+            started=now,
+            finished=now,
+        )
+        session.add(run)
+        session.flush()
+        for record in records:
+            store_record(session, run, record)
+        session.flush()
+        session.refresh(run)
+        analyze_ready(session, run, settings)
+        return run.id

@@ -1,0 +1,55 @@
+"""``kernelwatch import``: the H200 example dataset loads on a machine without a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
+
+from kernelwatch.db.migrate import upgrade
+from kernelwatch.db.models import Result, Run
+from kernelwatch.db.session import make_engine
+from tests.conftest import run_cli
+
+DATA = Path(__file__).resolve().parents[3] / "docs" / "data"
+RUN1 = DATA / "bench-h200-2026-11-29.jsonl"
+RUN5 = DATA / "bench-h200-2026-11-29-run5.jsonl"
+
+
+def test_the_h200_records_import_as_runs_and_compare(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    common = ["--repo", "kernelwatch-triton", "--device-class", "h200"]
+    first = run_cli("import", str(RUN1), *common, "--commit", "h200-morning", env=env)
+    assert first.returncode == 0, first.stderr
+    second = run_cli(
+        "import", str(RUN5), *common, "--commit", "h200-afternoon", "--parent", "h200-morning",
+        "--json", env=env,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    summary = json.loads(second.stdout)
+    assert summary["status"] == "succeeded" and summary["verdict"] in ("pass", "fail")
+    factory = sessionmaker(bind=make_engine(url))
+    with factory() as s:
+        runs = s.scalars(select(Run).order_by(Run.id)).all()
+        assert [r.trigger for r in runs] == ["import", "import"]
+        assert runs[1].baseline_run_id == runs[0].id
+        results = s.scalars(select(Result).where(Result.run_id == runs[1].id)).all()
+        assert len(results) == 16 and all(r.status == "pass" for r in results)
+        assert all(r.verdict is not None and r.ratio is not None for r in results)
+        assert all(r.record["device"]["name"] == "NVIDIA H200" for r in results)
+
+
+def test_a_file_that_is_not_records_is_refused_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"schema": 1, "suite": "basic"}\n')
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    out = run_cli("import", str(bad), "--repo", "x", "--commit", "c", "--device-class", "h200",
+                  env=env)  # fmt: skip
+    assert out.returncode != 0
+    assert "bad.jsonl:1: not a result record" in out.stderr

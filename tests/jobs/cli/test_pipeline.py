@@ -1,0 +1,261 @@
+"""The worker path end to end on embedded defaults (SQLite, filesystem broker):
+bad input of every kind ends as a recorded, readable failure and the worker keeps serving.
+
+One real Celery worker process serves the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from kernelwatch.db.config import Settings
+from kernelwatch.db.migrate import upgrade
+from kernelwatch.db.models import Commit, Result, Run
+from kernelwatch.db.session import make_engine
+from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.demo.pipeline import start_worker, wait_for_runs
+from kernelwatch.jobs.errors import CommitNotFound, SourceError
+from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
+from kernelwatch.jobs.planning.plan import RunRequest, plan, plan_versions
+from tests.conftest import run_cli
+from tests.helpers import BAD_KERNELS, library_files, make_repo, make_wheel
+
+GOOD_INIT = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
+
+pytestmark = pytest.mark.slow
+
+
+class Env:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.settings = Settings(data_dir=root / "data", suite_timeout_s=300)
+        self.settings.ensure_dirs()
+        upgrade(self.settings.resolved_database_url)
+        self.factory: sessionmaker[Session] = sessionmaker(
+            bind=make_engine(self.settings.resolved_database_url), expire_on_commit=False
+        )
+        self.app = make_celery(self.settings)
+
+    def plan(self, source: str, commits: list[str], **opts: object) -> list[int]:
+        req = RunRequest(source=source, commits=commits, measure_baseline=False, options=dict(opts))
+        return [p.id for p in plan(self.factory, self.settings, self.app, req)]
+
+    def wait(self, ids: list[int], timeout: float = 240) -> list[Run]:
+        assert wait_for_runs(self.factory, ids, timeout), "runs did not finish in time"
+        with self.factory() as s:
+            return list(s.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)))
+
+    def results(self, run_id: int) -> dict[str, Result]:
+        with self.factory() as s:
+            rows = s.scalars(select(Result).where(Result.run_id == run_id)).all()
+            return {r.record["kernel"]: r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    e = Env(tmp_path_factory.mktemp("pipeline"))
+    worker = start_worker(e.settings, name="pipeline")
+    yield e
+    worker.terminate()
+    worker.wait(timeout=30)
+
+
+def test_source_that_is_not_a_repository_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="not a git repository"):
+        env.plan(str(tmp_path), ["HEAD"])
+    with env.factory() as s:
+        run = s.scalars(select(Run).order_by(Run.id.desc())).first()
+        assert run is not None and run.status == "error"
+        assert "not a git repository" in run.error
+
+
+def test_commit_that_does_not_exist_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "lib"
+    make_repo(src, library_files("goodlib", GOOD_INIT))
+    with pytest.raises(CommitNotFound, match="not found"):
+        env.plan(str(src), ["f" * 40])
+    # and a queued run whose commit vanished (force-push) is failed by the worker itself
+    with env.factory() as s, s.begin():
+        repo = get_or_create_repository(s, "goodlib", str(src))
+        commit = upsert_commit(s, repo, "e" * 40, [])
+        run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    enqueue_run(env.app, run_id, "cpu")
+    (run,) = env.wait([run_id])
+    assert run.status == "error" and "not found" in run.error
+
+
+def test_library_whose_install_fails_is_failed_with_its_build_log(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "brokenlib"
+    files = library_files("brokenlib", GOOD_INIT)
+    files["pyproject.toml"] = "[build-system\nthis is not toml"
+    sha = make_repo(src, files)
+    (run,) = env.wait(env.plan(str(src), [sha]))
+    assert run.status == "failed"
+    assert "install failed" in run.error
+    assert "-m pip install" in run.build_log and "TOMLDecodeError" in run.build_log
+    assert run.verdict == "error"
+
+
+def test_raising_hanging_and_crashing_kernels_each_cost_one_case(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "badkern"
+    sha = make_repo(src, library_files("badkern", BAD_KERNELS))
+    t0 = time.monotonic()
+    (run,) = env.wait(env.plan(str(src), [sha], bench_args=["--budget", "0.1"], case_timeout_s=8))
+    assert run.status == "succeeded", run.error
+    res = env.results(run.id)
+    assert res["softmax"].status == "error"
+    assert "exploded on purpose" in res["softmax"].error
+    assert res["rmsnorm"].status == "error" and "timed out" in res["rmsnorm"].error
+    assert res["matmul"].status == "error" and "SIGSEGV" in res["matmul"].error
+    assert res["attention"].status == "pass"  # the good kernel still has its result
+    assert res["attention"].median_s and res["attention"].median_s > 0
+    assert time.monotonic() - t0 < 200
+    assert run.verdict == "error"
+
+
+def test_worker_still_serves_after_all_that(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "goodlib2"
+    sha = make_repo(src, library_files("goodlib2", GOOD_INIT))
+    (run,) = env.wait(env.plan(str(src), [sha], bench_args=["--kernel", "softmax"]))
+    assert run.status == "succeeded" and run.verdict == "pass"
+    assert env.results(run.id)["softmax"].status == "pass"
+
+
+def test_cli_run_wait_json_and_show(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "clilib"
+    first = make_repo(src, library_files("clilib", GOOD_INIT, recipe="pythonpath"))
+    second = make_repo(src, {"README.md": "docs"}, "docs only")
+    cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
+    proc = run_cli(
+        "run",
+        str(src),
+        "--commit",
+        second,
+        "--wait",
+        "--json",
+        "--timeout",
+        "300",
+        "--suite",
+        "basic",
+        env=cli_env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    commits = [r["commit"] for r in out["runs"]]
+    assert commits == [first, second]  # the unmeasured first parent is measured as baseline
+    for r in out["runs"]:
+        assert set(r) == {"id", "commit", "status", "verdict"}
+        assert r["status"] == "succeeded" and r["verdict"] == "pass"
+    show = run_cli("show", str(out["runs"][1]["id"]), "--json", env=cli_env)
+    summary = json.loads(show.stdout)
+    assert summary["baseline"] == first
+    assert {c["kernel"] for c in summary["cases"]} == {"softmax", "rmsnorm", "matmul", "attention"}
+    assert all(
+        c["verdict"] in ("unchanged", "inconclusive", "improvement", "regression")
+        for c in summary["cases"]
+    )
+    with env.factory() as s:
+        assert s.scalar(select(Commit.message).where(Commit.sha == second)) == "docs only"
+
+
+def test_bad_cli_input_exits_2_with_message(env: Env, tmp_path: Path) -> None:
+    proc = run_cli(
+        "run", str(tmp_path), "--commit", "HEAD", env={"KW_DATA_DIR": str(env.settings.data_dir)}
+    )
+    assert proc.returncode == 2
+    assert "not a git repository" in proc.stderr
+    assert os.environ.get("KW_DATABASE_URL") is None
+
+
+BROKEN_SOFTMAX_INIT = (
+    "from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention\n"
+    "from kernelwatch.kernels.triton_kernels import softmax as _softmax\n"
+    "def softmax(x, out):\n"
+    "    _softmax(x, out)\n"
+    "    out.mul_(1.5)  # 0.2 broke the normalisation\n"
+)
+
+
+def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -> None:
+    house = tmp_path / "wheelhouse"
+    make_wheel(house, "kwlib", "0.1", init=GOOD_INIT)
+    make_wheel(house, "kwlib", "0.2", init=BROKEN_SOFTMAX_INIT)
+    proc = run_cli(
+        "run",
+        "kwlib",
+        "--version",
+        "kwlib==0.1",
+        "--version",
+        "kwlib==0.2",
+        "--find-links",
+        str(house),
+        "--impl",
+        "kwlib",
+        "--suite",
+        "basic",
+        "--wait",
+        "--json",
+        "--timeout",
+        "300",
+        env={"KW_DATA_DIR": str(env.settings.data_dir)},
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]  # 0.2 fails the gate
+    runs = json.loads(proc.stdout)["runs"]
+    assert [r["commit"] for r in runs] == ["version:kwlib==0.1", "version:kwlib==0.2"]
+    assert [r["verdict"] for r in runs] == ["pass", "fail"]
+    with env.factory() as s:
+        second = s.get(Run, runs[1]["id"])
+        assert second is not None
+        assert second.version_spec == "kwlib==0.2"
+        assert second.baseline_sha == "version:kwlib==0.1"
+        assert second.baseline_run_id == runs[0]["id"]
+    res = env.results(runs[1]["id"])
+    assert res["softmax"].status == "fail" and res["softmax"].verdict == "broken"
+    assert res["softmax"].record["library"] == {"name": "kwlib", "version": "0.2"}
+    assert res["matmul"].status == "pass"
+
+
+def test_a_version_that_does_not_exist_fails_with_pips_reason(env: Env, tmp_path: Path) -> None:
+    house = tmp_path / "wheelhouse"
+    make_wheel(house, "kwlib", "0.1", init=GOOD_INIT)
+    req = RunRequest(source="kwlib", versions=["kwlib==9.9"], options={"find_links": str(house)})
+    (planned,) = plan_versions(env.factory, env.settings, env.app, req)
+    (run,) = env.wait([planned.id])
+    assert run.status == "failed"
+    assert "kwlib==9.9" in run.build_log or "kwlib" in run.error
+    assert run.verdict == "error"
+
+
+def test_build_profile_follows_the_trigger_and_environments_are_cached(
+    env: Env, tmp_path: Path
+) -> None:
+    src = tmp_path / "proflib"
+    files = library_files("proflib", GOOD_INIT, recipe="pythonpath")
+    files[".kernelwatch.toml"] += (
+        '\n[install.profile_for]\npull_request = "fast"\n'
+        '[install.profiles.fast]\nenv = { PROFLIB_FAST = "1" }\n'
+    )
+    sha = make_repo(src, files)
+    first, again = (
+        env.wait(env.plan(str(src), [sha], bench_args=["--kernel", "softmax"]))[0] for _ in range(2)
+    )
+    req = RunRequest(
+        source=str(src), commits=[sha], measure_baseline=False, trigger="pull_request",
+        options={"bench_args": ["--kernel", "softmax"]},
+    )  # fmt: skip
+    (pr,) = env.wait([p.id for p in plan(env.factory, env.settings, env.app, req)])
+    assert first.status == again.status == pr.status == "succeeded"
+    assert "(default profile)" in first.build_log and "built in" in first.build_log
+    assert "cached environment (default profile)" in again.build_log
+    assert "(fast profile)" in pr.build_log  # profile_for maps the trigger

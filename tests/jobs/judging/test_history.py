@@ -1,0 +1,61 @@
+"""The history signal: a step in a branch's series becomes one changepoint regression."""
+
+from __future__ import annotations
+
+import random
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.config import Settings
+from kernelwatch.db.models import Case, Commit, Regression, Result, Run
+from kernelwatch.db.store import get_or_create_repository
+from kernelwatch.jobs.judging.analysis import analyze
+from kernelwatch.jobs.judging.history import scan_run
+
+
+def _history(session: Session, medians: list[float], trigger: str = "push") -> list[Run]:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    session.add(Case(id="c1", suite="basic", kernel="softmax", backend="lib", params={}))
+    runs = []
+    for i, median in enumerate(medians):
+        commit = Commit(repository_id=repo.id, sha=f"{i:040x}", sequence=i + 1)
+        session.add(commit)
+        session.flush()
+        run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"],
+                  status="succeeded", trigger=trigger, device_class="h100")  # fmt: skip
+        session.add(run)
+        session.flush()
+        session.add(Result(run_id=run.id, case_id="c1", status="pass", median_s=median,
+                           record={"suite": "basic", "kernel": "softmax"}))  # fmt: skip
+        runs.append(run)
+    session.flush()
+    for run in runs:
+        session.refresh(run)
+    return runs
+
+
+def _levels(rng: random.Random, before: int, after: int, step: float) -> list[float]:
+    noise = [rng.gauss(0, 0.003) for _ in range(before + after)]
+    return [1e-4 * (1 + n) * (1 if i < before else 1 + step) for i, n in enumerate(noise)]
+
+
+def test_a_step_on_main_is_recorded_once_at_the_commit_it_starts(session: Session) -> None:
+    runs = _history(session, _levels(random.Random(3), 10, 8, 0.04))
+    found = scan_run(session, runs[-1], min_effect=0.02)
+    assert [(r.kind, r.run_id) for r in found] == [("changepoint", runs[10].id)]
+    assert found[0].ratio is not None and 1.02 < found[0].ratio < 1.06
+    assert "history: level +" in found[0].detail
+    assert scan_run(session, runs[-1], min_effect=0.02) == []  # not twice
+    # judging that run again leaves the history's row alone
+    assert analyze(session, runs[10], Settings())
+    kinds = session.scalars(select(Regression.kind).where(Regression.run_id == runs[10].id))
+    assert list(kinds) == ["changepoint"]
+
+
+def test_flat_history_and_pull_requests_give_nothing(session: Session) -> None:
+    runs = _history(session, _levels(random.Random(4), 18, 0, 0.0))
+    assert scan_run(session, runs[-1], min_effect=0.02) == []
+    pr = runs[-1]
+    pr.trigger = "pull_request"
+    assert scan_run(session, pr, min_effect=0.0) == []

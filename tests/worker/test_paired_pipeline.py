@@ -1,0 +1,202 @@
+"""Paired mode through the worker: a PR's head and its merge-base in one run.
+
+One real Celery worker process (embedded broker, SQLite) executes runs with
+``paired`` set: it builds the baseline commit too, and the suite runs through
+``kernels/paired_suite.py`` (two side processes, interleaved blocks). The demo
+library's slow commit must come out as a regression with an interval, its broken
+commit as broken, and a library whose kernels raise, hang and crash must cost
+one case each with the sides restarted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from kernelwatch.db.models import Regression, Run
+from kernelwatch.jobs.demo.pipeline import create_demo_repository, start_worker
+from kernelwatch.jobs.github.render import render_comment
+from kernelwatch.jobs.judging.verdicts import CommitVerdict, class_verdict
+from kernelwatch.jobs.planning.plan import RunRequest, plan
+from tests.conftest import run_cli
+from tests.helpers import BAD_KERNELS, git, library_files, make_repo
+from tests.jobs.cli.test_pipeline import GOOD_INIT, Env
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    e = Env(tmp_path_factory.mktemp("paired"))
+    worker = start_worker(e.settings, name="paired")
+    yield e
+    worker.terminate()
+    worker.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    repo = tmp_path_factory.mktemp("demo") / "tinykern"
+    commits = create_demo_repository(repo)
+    return {"source": str(repo), **{c.role: c.sha for c in commits}}
+
+
+def paired(env: Env, source: str, head: str, base: str, **opts: object) -> list[int]:
+    req = RunRequest(
+        source=source,
+        commits=[head],
+        baseline=base,
+        measure_baseline=False,
+        trigger="pull_request",
+        options={"paired": True, **opts},
+    )
+    return [p.id for p in plan(env.factory, env.settings, env.app, req)]
+
+
+def test_a_slow_commit_is_a_paired_regression_with_its_interval(
+    env: Env, demo: dict[str, str]
+) -> None:
+    ids = paired(
+        env,
+        demo["source"],
+        demo["slow"],
+        demo["baseline"],
+        # --pairs reaches bench-paired through the worker's pass-through of bench args
+        bench_args=["--kernel", "rmsnorm", "--kernel", "softmax", "--pairs", "2"],
+    )
+    (run,) = env.wait(ids)
+    assert run.status == "succeeded", run.error
+    assert "paired mode: building baseline" in run.build_log
+    res = env.results(run.id)
+    slow, same = res["rmsnorm"], res["softmax"]
+    assert slow.verdict == "regression", slow.record["paired"]
+    assert slow.ratio is not None and slow.ratio > 2  # the demo's rmsnorm is ~6x slower
+    assert slow.ratio_ci_low is not None and slow.ratio_ci_low > 1
+    assert slow.record["paired"]["baseline_library"]["commit"] == demo["baseline"]
+    assert slow.record["paired"]["pairs"] == 2
+    assert same.verdict in ("unchanged", "inconclusive"), same.record["paired"]
+    assert run.verdict == "fail"
+    with env.factory() as s:
+        kinds = [r.kind for r in s.scalars(select(Regression).where(Regression.run_id == run.id))]
+        assert kinds == ["regression"]
+        loaded = s.get(type(run), run.id)
+        assert loaded is not None
+        view = class_verdict(s, loaded)
+    assert view.state == "failure"  # no "nothing compared": the baseline ran in this run
+    [moved] = view.moved
+    assert moved.kernel == "rmsnorm" and moved.baseline_median_s and moved.median_s
+    assert moved.median_s > 2 * moved.baseline_median_s
+    comment = render_comment(
+        CommitVerdict("demo/tinykern", demo["slow"], (view,)), dashboard_url="https://kw.test"
+    )
+    assert "paired A/B" in comment and "rmsnorm" in comment
+
+
+def test_a_wrong_result_is_broken_and_never_timed(env: Env, demo: dict[str, str]) -> None:
+    (run,) = env.wait(
+        paired(
+            env,
+            demo["source"],
+            demo["broken"],
+            demo["baseline"],
+            bench_args=["--kernel", "softmax"],
+        )
+    )
+    res = env.results(run.id)["softmax"]
+    assert res.status == "fail" and res.verdict == "broken"
+    assert "rel L2 error" in res.error
+    assert res.median_s is None and res.record["timing"] is None
+    assert run.verdict == "fail"
+
+
+def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
+    env: Env, tmp_path: Path
+) -> None:
+    src = tmp_path / "badkern"
+    good = make_repo(src, library_files("badkern", GOOD_INIT), "good kernels")
+    bad = make_repo(src, library_files("badkern", BAD_KERNELS), "bad kernels")
+    # the case timeout also covers restarting a side (a fresh interpreter importing torch):
+    # 8 s timed the attention case out on a loaded 2-core machine
+    (run,) = env.wait(
+        paired(env, str(src), bad, good, bench_args=["--budget", "0.2"], case_timeout_s=20)
+    )
+    assert run.status == "succeeded", run.error
+    res = env.results(run.id)
+    assert res["softmax"].status == "error" and "exploded on purpose" in res["softmax"].error
+    assert res["rmsnorm"].status == "error" and "did not answer" in res["rmsnorm"].error
+    assert res["matmul"].status == "error" and "died" in res["matmul"].error
+    assert res["attention"].status == "pass", res["attention"].error  # sides restarted
+    assert res["attention"].verdict in ("unchanged", "inconclusive", "improvement", "regression")
+    assert run.verdict == "error"
+
+
+def bench_paired_cli(
+    demo: dict[str, str], tmp_path: Path, candidate: str, *args: str
+) -> dict[str, object]:
+    """``kernelwatch bench-paired`` between worktrees of the demo's baseline and ``candidate``."""
+    trees = {}
+    for role in ("baseline", candidate):
+        trees[role] = tmp_path / role
+        git(Path(demo["source"]), "worktree", "add", "-q", str(trees[role]), demo[role])
+    out = tmp_path / "paired.jsonl"
+    done = run_cli(
+        "bench-paired", "--baseline-path", str(trees["baseline"]),
+        "--candidate-path", str(trees[candidate]), "--suite", "basic", "--impl", "tinykern",
+        *args, "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert isinstance(record, dict)
+    return record
+
+
+def test_re_measures_add_to_the_evidence_with_fresh_side_processes(
+    demo: dict[str, str], tmp_path: Path
+) -> None:
+    # identical code on both sides and no minimum effect: every attempt is inconclusive,
+    # so all three run, each with new side processes, and the verdict uses every group
+    record = bench_paired_cli(
+        demo, tmp_path, "harmless", "--kernel", "softmax", "--budget", "0.3",
+        "--min-effect", "0", "--retries", "2", "--fresh-sides",
+    )  # fmt: skip
+    paired = record["paired"]
+    assert isinstance(paired, dict)
+    assert record["status"] == "pass" and paired["attempts"] == 3
+    # the verdict counts the groups of all attempts, more than the last one measured
+    assert paired["groups"] > len(paired["group_ratios"]) >= 2
+    assert paired["ci_low"] <= paired["ratio"] <= paired["ci_high"]
+
+
+def test_several_process_pairs_judge_the_slow_commit_over_the_pairs(
+    demo: dict[str, str], tmp_path: Path
+) -> None:
+    record = bench_paired_cli(
+        demo, tmp_path, "slow", "--kernel", "rmsnorm", "--budget", "2", "--pairs", "3"
+    )
+    paired = record["paired"]
+    assert isinstance(paired, dict)
+    assert paired["verdict"] == "regression" and paired["ratio"] > 2, paired
+    assert paired["pairs"] == 3 and sorted(set(paired["group_pairs"])) == [0, 1, 2]
+    assert paired["ci_low"] > 1
+
+
+def test_cli_run_paired_measures_head_and_baseline_in_one_run(
+    env: Env, demo: dict[str, str]
+) -> None:
+    cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
+    proc = run_cli(
+        "run", demo["source"], "--commit", demo["slow"], "--baseline", demo["baseline"],
+        "--paired", "--suite", "basic", "--wait", "--json", "--timeout", "300", env=cli_env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]  # --wait exits 1 on a regression
+    (run,) = json.loads(proc.stdout)["runs"]  # no separate baseline run
+    assert run["commit"] == demo["slow"] and run["status"] == "succeeded"
+    assert run["verdict"] == "fail"  # rmsnorm ~6x slower, judged in paired mode
+    with env.factory() as s:
+        loaded = s.get(Run, run["id"])
+        assert loaded is not None and loaded.options["paired"] is True
+        assert loaded.baseline_sha == demo["baseline"]
