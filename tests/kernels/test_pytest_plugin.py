@@ -23,7 +23,7 @@ def test_suite_as_pytest_module_fills_benchmark_json(tmp_path: Path) -> None:
             "no:cacheprovider",
             "-o",
             "addopts=",
-            str(REPO / "tests" / "suites" / "test_basic_suite.py"),
+            str(REPO / "tests" / "kernels" / "suites" / "test_basic_suite.py"),
             "-k",
             "softmax or matmul",
             f"--benchmark-json={out}",
