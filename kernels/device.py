@@ -1,39 +1,23 @@
 """Where a measurement ran: device identity and software environment.
 
 These fields go into every result record; comparisons happen only between
-records of the same device class, so the class is derived here, once
-(``"h200"`` from ``"NVIDIA H200"``, ``"cpu"`` without a GPU).
+records of the same device class. The class (``"h200"`` from ``"NVIDIA H200"``,
+``"cpu"`` without a GPU) comes from the torch-free rule in ``kernels/devclass.py``,
+the one the API, the planner and the worker use too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
-import re
 import sys
 from typing import Any
 
 import torch
 
+from kernelwatch.kernels.devclass import device_class
 from kernelwatch.kernels.telemetry import Telemetry
-
-
-def device_class(name: str) -> str:
-    """Queue/series class of a device name.
-
-    'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100' (SXM), 'NVIDIA H100 PCIe'
-    -> 'h100-pcie', 'NVIDIA H100 NVL' -> 'h100-nvl': form factors with other clocks and
-    power limits are other classes, so their numbers never share a series.
-    """
-    if not name or name == "cpu":
-        return "cpu"
-    upper = name.upper().replace("NVIDIA", "")
-    m = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Z]?)\b", upper)
-    token = m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    for marker, suffix in (("PCIE", "-pcie"), ("NVL", "-nvl")):
-        if m and re.search(rf"\b{marker}\b", upper):
-            token += suffix
-    return token
 
 
 def describe_device(device: torch.device) -> dict[str, Any]:
@@ -59,14 +43,64 @@ def describe_device(device: torch.device) -> dict[str, Any]:
     return info
 
 
+# Variables that size a CPU suite's thread pools (OpenMP, MKL, OpenBLAS).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# Threads of a CPU run unless ``KW_CPU_THREADS`` (or ``OMP_NUM_THREADS``) says otherwise.
+DEFAULT_CPU_THREADS = 1
+
+
+def cpu_threads(environ: dict[str, str] | None = None) -> int:
+    """How many threads a CPU run may use: ``KW_CPU_THREADS``, else ``OMP_NUM_THREADS``, else 1.
+
+    One by default because torch's default (one thread per core) on a shared, loaded
+    machine makes samples bimodal (0.03 ms vs 6 ms when a thread is descheduled):
+    untouched kernels then look 100x slower (issue 18). An explicit value is kept.
+    """
+    env = os.environ if environ is None else environ
+    for name in ("KW_CPU_THREADS", "OMP_NUM_THREADS"):
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return DEFAULT_CPU_THREADS
+
+
+def pin_cpu_threads(device: torch.device) -> int | None:
+    """Limit a CPU run's thread pools; the thread count (None on a GPU, left alone).
+
+    The variables are set too, for anything started from this process (the paired
+    mode's side processes import torch after this and read them at start).
+    """
+    if device.type != "cpu":
+        return None
+    threads = cpu_threads()
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(threads)
+    torch.set_num_threads(threads)
+    # settable only before the first inter-op work; the intra-op pool is the one that matters
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(threads)
+    return threads
+
+
 def describe_environment() -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        # what torch will use: the pinned count on a CPU run (``pin_cpu_threads``)
+        "threads": torch.get_num_threads(),
     }
     triton = sys.modules.get("triton")
     if triton is not None:
         env["triton"] = getattr(triton, "__version__", "unknown")
     return env
+
+
+__all__ = [
+    "cpu_threads",
+    "describe_device",
+    "describe_environment",
+    "device_class",
+    "pin_cpu_threads",
+]

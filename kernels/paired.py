@@ -27,6 +27,16 @@ placement g mod K); with one pair the interval is then taken over placements.
 A *case factory* (``module:function``) builds ``(call, inputs)`` from JSON
 params inside each side; both sides get the same factory and params, and differ
 only in what their environment imports (or, in benchmarks, in injected work).
+A factory may add a third element, a JSON object that goes back with the set-up
+reply (paired_suite: the side's correctness check), and an exception with a
+``details`` object sends it with the error. Each block reply carries the SM clock
+and throttle reasons read after it; one throttled block makes the comparison
+unreliable, and an unreliable comparison is never a regression.
+
+Short kernels (under ``TimerConfig.graph_below_s``, 50 us) are sampled as CUDA
+graphs of many calls, and with a cold L2 the graph rotates over enough input
+copies to exceed twice the L2 (``timing._CudaSampler``): the same sampler as
+``kernelwatch bench``, so paired blocks of a 12 us GEMM are graph replays too.
 """
 
 from __future__ import annotations
@@ -47,9 +57,15 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kernelwatch.kernels import stats
+from kernelwatch.kernels.telemetry import blocks_reliable
 from kernelwatch.kernels.timing import Sampler, TimerConfig, make_sampler
+from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, decide
 
 # --------------------------------------------------------------------------- side process
+
+# A case factory: ``(call, inputs)``, or ``(call, inputs, info)`` with a JSON object
+# for the coordinator (paired_suite: the case's correctness check).
+Factory = Callable[..., tuple[Any, ...]]
 
 
 def serve(stdin: Any = None, stdout: Any = None) -> None:
@@ -64,7 +80,7 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
         try:
             if cmd == "setup":
                 samplers, pads = [], []  # the previous case's memory is free for reuse
-                samplers, pads = _setup(
+                samplers, pads, info = _setup(
                     _load(msg["factory"]),
                     msg.get("params", {}),
                     TimerConfig(**msg.get("timer", {})),
@@ -74,12 +90,18 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                     "ok": True,
                     **samplers[0].describe(),
                     "placements": len(samplers),
+                    "info": info,
                 }
             elif cmd == "block":
                 assert samplers, "block before setup"
                 chosen = samplers[int(msg.get("placement", 0)) % len(samplers)]
                 values = chosen.block(int(msg["samples"]))
-                reply = {"ok": True, "values": values, "clock": chosen.last_clock()}
+                reply = {
+                    "ok": True,
+                    "values": values,
+                    "clock": chosen.last_clock(),
+                    "reasons": chosen.last_reasons(),
+                }
             elif cmd == "quit":
                 reply = {"ok": True}
                 stdout.write(json.dumps(reply) + "\n")
@@ -89,19 +111,24 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                 reply = {"ok": False, "error": f"unknown command {cmd!r}"}
         except Exception as exc:  # reported to the coordinator, the side stays alive
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            details = getattr(exc, "details", None)  # e.g. a broken case's errors
+            if isinstance(details, dict):
+                reply["details"] = details
         stdout.write(json.dumps(reply) + "\n")
         stdout.flush()
 
 
 def _setup(
-    factory: Callable[..., tuple[Callable[[Any], Any], Any]],
+    factory: Factory,
     params: dict[str, Any],
     timer: TimerConfig,
     placements: int,
-) -> tuple[list[Sampler], list[Any]]:
+) -> tuple[list[Sampler], list[Any], dict[str, Any]]:
     """Build the case ``placements`` times, each behind a padding allocation of random size.
 
-    Only the first instance warms the clocks up; the others find them warm.
+    Only the first instance warms the clocks up; the others find them warm. A factory
+    may return ``(call, inputs, info)``: the first instance's ``info`` (a JSON object,
+    e.g. the correctness check) goes back to the coordinator with the set-up reply.
     """
     import torch
 
@@ -115,21 +142,23 @@ def _setup(
     rng = random.Random()
     samplers: list[Sampler] = []
     pads: list[Any] = []
+    info: dict[str, Any] = {}
     # placement is a GPU memory effect: on the CPU path one instance is the case
     for i in range(max(1, placements if cuda else 1)):
         if i and cuda:  # 2 MB granules: the allocator's and the GPU's large-page size
             pads.append(torch.empty(rng.randint(1, 256) * 2**21, dtype=torch.uint8, device="cuda"))
         cfg = timer if i == 0 else replace(timer, min_warmup_s=0.0, max_warmup_s=0.03)
-        call, inputs = factory(**params)
+        built = factory(**params)
+        call, inputs = built[0], built[1]
+        if i == 0 and len(built) > 2:
+            info = dict(built[2])
         samplers.append(make_sampler(call, inputs, cfg))
-    return samplers, pads
+    return samplers, pads, info
 
 
-def _load(target: str) -> Callable[..., tuple[Callable[[Any], Any], Any]]:
+def _load(target: str) -> Factory:
     module, func = target.split(":")
-    fn: Callable[..., tuple[Callable[[Any], Any], Any]] = getattr(
-        importlib.import_module(module), func
-    )
+    fn: Factory = getattr(importlib.import_module(module), func)
     return fn
 
 
@@ -137,11 +166,22 @@ def _load(target: str) -> Callable[..., tuple[Callable[[Any], Any], Any]]:
 
 
 class SideError(RuntimeError):
-    """The side answered with an error (``remote``: its ``Type: message`` text)."""
+    """The side answered with an error (``remote``: its ``Type: message`` text).
 
-    def __init__(self, message: str, remote: str = "", side: str = "") -> None:
+    details: what the side's exception carried besides its message (its
+    ``details`` attribute, e.g. the errors of a failed correctness check).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        remote: str = "",
+        side: str = "",
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.remote, self.side = remote, side
+        self.details: dict[str, Any] = details or {}
 
 
 class SideDied(RuntimeError):
@@ -203,7 +243,10 @@ class Side:
         reply: dict[str, Any] = json.loads(line)
         if not reply.get("ok"):
             raise SideError(
-                f"side {self.name}: {reply.get('error')}", str(reply.get("error")), self.name
+                f"side {self.name}: {reply.get('error')}",
+                str(reply.get("error")),
+                self.name,
+                reply.get("details") if isinstance(reply.get("details"), dict) else None,
             )
         return reply
 
@@ -238,8 +281,8 @@ class PairedConfig:
     budget_s: wall time for the whole comparison (blocks only, after setup).
     """
 
-    min_effect: float = 0.01
-    confidence: float = 0.99
+    min_effect: float = MIN_EFFECT
+    confidence: float = CONFIDENCE  # one stage of two (kernels/verdict.py)
     block_s: float = 0.02
     groups_min: int = 8
     groups_step: int = 4
@@ -255,7 +298,7 @@ class PairedResult:
     ci_low: float
     ci_high: float
     groups: int
-    verdict: str  # regression | improvement | unchanged | inconclusive
+    verdict: str  # a timing verdict of kernels/verdict.py (regression ... inconclusive)
     stop_reason: str
     seconds: float
     a_median: float
@@ -269,6 +312,15 @@ class PairedResult:
     a_blocks: list[float] = field(default_factory=list)  # block medians, seconds per call
     b_blocks: list[float] = field(default_factory=list)
     describe_b: dict[str, Any] = field(default_factory=dict)  # the candidate's sampler
+    # the set-up ``info`` of the first pair's sides (paired_suite: their correctness)
+    info_a: dict[str, Any] = field(default_factory=dict)
+    info_b: dict[str, Any] = field(default_factory=dict)
+    # every block's SM clock (None: not read) and unreliable throttle reasons, in order
+    block_clocks: list[int | None] = field(default_factory=list)
+    block_reasons: list[list[str]] = field(default_factory=list)
+    # telemetry.blocks_reliable over the blocks: one throttled block, no regression
+    reliable: bool = True
+    throttled_blocks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -276,8 +328,8 @@ class PairedResult:
 
 def judge(
     log_ratios: Sequence[float], cfg: PairedConfig, clusters: Sequence[int] | None = None
-) -> tuple[float, float, float, str]:
-    """Ratio, interval and verdict from the groups' log-ratios.
+) -> tuple[float, float, float, CaseVerdict]:
+    """Ratio, interval and verdict from the groups' log-ratios (the rule: ``kernels/verdict.py``).
 
     ``clusters`` (the placement of each group): groups that share a placement are
     not independent, so they are averaged first and the interval is taken over
@@ -293,17 +345,23 @@ def judge(
     sd = math.sqrt(sum((x - mean) ** 2 for x in log_ratios) / (n - 1)) if n > 1 else math.inf
     half = stats.t_quantile(cfg.confidence, n - 1) * sd / math.sqrt(n) if n > 1 else math.inf
     ratio, lo, hi = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
-    up, down = 1 + cfg.min_effect, 1 / (1 + cfg.min_effect)
-    if lo > 1 and ratio >= up:
-        verdict = "regression"
-    elif hi < 1 and ratio <= down:
-        verdict = "improvement"
-    elif down < lo and hi < up:
-        verdict = "unchanged"
-    elif lo > 1 or hi < 1:
-        verdict = "unchanged"  # a real but smaller-than-relevant change
-    else:
-        verdict = "inconclusive"
+    return ratio, lo, hi, decide(ratio, lo, hi, cfg.min_effect).verdict
+
+
+def judge_reliable(
+    log_ratios: Sequence[float],
+    cfg: PairedConfig,
+    clusters: Sequence[int] | None = None,
+    reliable: bool = True,
+) -> tuple[float, float, float, CaseVerdict]:
+    """``judge``, with the throttle guard: an unreliable measurement decides no change.
+
+    The verdict is ``verdict.decide``'s with ``reliable`` passed on, so a throttled
+    comparison is at worst inconclusive (and measured again), never a regression.
+    """
+    ratio, lo, hi, verdict = judge(log_ratios, cfg, clusters)
+    if not reliable:
+        verdict = decide(ratio, lo, hi, cfg.min_effect, reliable=False).verdict
     return ratio, lo, hi, verdict
 
 
@@ -315,8 +373,17 @@ def compare(
     params_b: dict[str, Any],
     cfg: PairedConfig | None = None,
     timer: dict[str, Any] | None = None,
+    first_pair: dict[str, Any] | None = None,
 ) -> PairedResult:
     """Set both sides up with the case, then alternate blocks until a verdict or the budget.
+
+    ``first_pair``: parameters merged into the first pair's set-up only (paired_suite:
+    ``check=True``, so each role's result is checked once, not once per process).
+    The first pair's set-up ``info`` comes back as ``info_a``/``info_b``.
+
+    Every block's SM clock and throttle reasons are kept; one throttled block makes
+    the comparison unreliable (``telemetry.blocks_reliable``), and an unreliable
+    comparison is never a regression or an improvement (``verdict.decide``).
 
     ``a`` and ``b`` may be lists of equal length m: m independent process pairs.
     A process carries a fixed offset of its own (on the H200 up to 0.5 %, which
@@ -338,10 +405,11 @@ def compare(
     setup = {"cmd": "setup", "factory": factory, "timer": timer, "placements": k}
     # All sides set up at once (an import of torch and a warm-up each); the candidates'
     # replies are read first: a broken candidate is the answer, whatever the baseline.
-    for side in sides_b:
-        side.send({**setup, "params": params_b})
-    for side in sides_a:
-        side.send({**setup, "params": params_a})
+    extra = first_pair or {}
+    for i, side in enumerate(sides_b):
+        side.send({**setup, "params": {**params_b, **(extra if i == 0 else {})}})
+    for i, side in enumerate(sides_a):
+        side.send({**setup, "params": {**params_a, **(extra if i == 0 else {})}})
     db, da = _receive_all(sides_b, sides_a, "setup", cfg.ask_timeout_s)
     k = min(int(d.get("placements", k)) for d in da + db)
     per_sample = max(max(d["sample_s"] for d in da + db), 1e-7)
@@ -350,9 +418,11 @@ def compare(
     logs: list[float] = []
     a_meds: list[float] = []
     b_meds: list[float] = []
-    clocks: list[int] = []
+    block_clocks: list[int | None] = []
+    block_reasons: list[list[str]] = []
+    reliability = blocks_reliable([])
     stop = "groups_max"
-    verdict, ratio, lo, hi = "inconclusive", math.nan, math.nan, math.nan
+    verdict, ratio, lo, hi = CaseVerdict.INCONCLUSIVE, math.nan, math.nan, math.nan
     # every pair gets the same number of groups before each judgement
     target = _round_up(max(cfg.groups_min, 2 * m), m)
     step = _round_up(cfg.groups_step, m)
@@ -381,17 +451,20 @@ def compare(
         logs.append(math.log((b1 + b2) / (a1 + a2)))
         a_meds += [a1, a2]
         b_meds += [b1, b2]
-        clocks += [c for c in (ra1["clock"], rb1["clock"]) if c]
+        for r in (ra1, rb1, rb2, ra2):
+            block_clocks.append(r.get("clock"))
+            block_reasons.append(list(r.get("reasons") or []))
+        reliability = blocks_reliable(block_clocks, block_reasons)
         clusters = _clusters(pair_of, placement, m, k)
         if len(logs) >= target:
-            ratio, lo, hi, verdict = judge(logs, cfg, clusters)
-            if verdict != "inconclusive":
+            ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
+            if verdict != CaseVerdict.INCONCLUSIVE:
                 stop = "decided"
                 break
             target += step
         if time.perf_counter() - t0 >= cfg.budget_s and len(logs) >= 2 * m:
             stop = "budget"
-            ratio, lo, hi, verdict = judge(logs, cfg, clusters)
+            ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
             break
     return PairedResult(
         ratio=ratio,
@@ -407,10 +480,16 @@ def compare(
         placements=placement if k > 1 else [0] * len(logs),
         pairs=pair_of,
         clusters=_clusters(pair_of, placement, m, k),
-        clocks=clocks,
+        clocks=[c for c in block_clocks if c],
         a_blocks=a_meds,
         b_blocks=b_meds,
-        describe_b={key: v for key, v in db[0].items() if key != "ok"},
+        describe_b={key: v for key, v in db[0].items() if key not in ("ok", "info")},
+        info_a=dict(da[0].get("info") or {}),
+        info_b=dict(db[0].get("info") or {}),
+        block_clocks=block_clocks,
+        block_reasons=block_reasons,
+        reliable=reliability.reliable,
+        throttled_blocks=len(reliability.throttled),
     )
 
 
@@ -451,6 +530,7 @@ __all__ = [
     "SideTimeout",
     "compare",
     "judge",
+    "judge_reliable",
     "serve",
 ]
 

@@ -1,25 +1,38 @@
 """A whole suite in paired mode: baseline and candidate library, case by case.
 
 This is the merge gate's measurement (``kernelwatch bench-paired``, run by the
-worker for pull requests). Two side processes (``kernels/paired.py``), each with
-one library on its ``PYTHONPATH``, set up the same case; each side checks its
-result against the reference first (``runner.checked_case``), so a wrong result
-is never timed; then blocks alternate ABBA/BAAB and the ratio candidate/baseline
-gets an interval and a verdict. An *inconclusive* case is measured again, with
-twice the budget, up to ``--retries`` times, and the groups of all its attempts
-are judged together (clustered by attempt and placement); ``--fresh-sides``
-starts new side processes for each re-measure, so an offset that belongs to one
-process becomes noise in the interval rather than a bias. ``--pairs m`` does
-that within one attempt: m process pairs, groups spread over them, the interval
-taken over the pairs.
+worker for pull requests). Side processes (``kernels/paired.py``), each with one
+library on its ``PYTHONPATH``, set up the same case from the same seed (recorded,
+``--seed`` to repeat it): identical inputs on both sides and in every process
+pair. The first pair's two sides check their result against the reference
+(``runner.checked_case``), once per role, so a wrong result is never timed and
+the two errors can be compared; then blocks alternate ABBA/BAAB and the ratio
+candidate/baseline gets an interval and a verdict (``kernels/verdict.py``).
+
+- **Re-measures**: an *inconclusive* case is measured again, with twice the
+  budget, up to ``--retries`` times, in fresh side processes (the process is the
+  unit: an offset that belongs to one process becomes noise in the interval
+  rather than a bias; ``--reuse-sides`` opts out), and the groups of all its
+  attempts are judged together. ``--pairs m`` does that within one attempt.
+- **Accuracy**: a candidate whose error grew beyond the margin over the
+  baseline's on the same inputs is ``less_accurate``, even inside the bound.
+- **Two stages**: a verdict that would block (regression, less_accurate) is
+  confirmed by an independent stage (fresh processes, new inputs, its own
+  groups); if it disagrees the case is ``inconclusive``. Both are recorded.
+- **Telemetry**: one block under the clock floor or under a thermal/hardware
+  throttle reason makes the case unreliable; it is then at worst inconclusive.
+- **A failed baseline check** is re-checked once in fresh processes before the
+  baseline is taken for broken (a flake must not end the case untimed).
 
 Every case ends as one result record (JSON line, ``record.py`` schema) for the
 candidate, with a ``paired`` section holding the comparison:
 
-- both sides correct: ``status=pass``, timing from the candidate's blocks,
-  ``paired.verdict`` one of regression | improvement | unchanged | inconclusive;
+- both sides correct: ``status=pass``, timing from the candidate's blocks, both
+  sides' errors (``correctness``, ``paired.baseline_correctness``),
+  ``paired.verdict`` one of regression | less_accurate | improvement | unchanged |
+  inconclusive, with ``stage1`` and (if it ran) ``confirmation``;
 - the candidate wrong: ``status=fail`` (verdict ``broken``), whatever the baseline;
-- the baseline wrong and the candidate right: ``status=pass``, verdict
+- the baseline wrong (twice) and the candidate right: ``status=pass``, verdict
   ``unchanged`` with no ratio and a note (a fix is not a time comparison);
 - a side that crashes, hangs (``--case-timeout``) or raises: ``status=error``
   with the side's message; the side is restarted and the next case goes on;
@@ -30,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -40,6 +52,7 @@ from typing import Any, TextIO
 import torch
 
 from kernelwatch.kernels import stats
+from kernelwatch.kernels.device import pin_cpu_threads
 from kernelwatch.kernels.paired import (
     PairedConfig,
     PairedResult,
@@ -47,13 +60,35 @@ from kernelwatch.kernels.paired import (
     SideDied,
     SideError,
     SideTimeout,
-    compare,
-    judge,
+)
+from kernelwatch.kernels.paired_stages import (
+    Outcome,
+    confirmed,
+    correctness_of,
+    measure_stage,
+    next_seed,
 )
 from kernelwatch.kernels.plugins import resolve_impl
-from kernelwatch.kernels.record import ResultRecord, Timing, case_id
-from kernelwatch.kernels.runner import blank_record, checked_case, selected_cases
-from kernelwatch.kernels.suite import CaseSpec, load_suite
+from kernelwatch.kernels.record import (
+    Correctness,
+    PairedSection,
+    ResultRecord,
+    Timing,
+    case_id,
+)
+from kernelwatch.kernels.runner import (
+    blank_record,
+    checked_case,
+    random_seed,
+    selected_cases,
+)
+from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite
+from kernelwatch.kernels.verdict import (
+    BLOCKING,
+    CaseVerdict,
+    decide,
+    excluded_effect,
+)
 
 FACTORY = "kernelwatch.kernels.paired_suite:case"
 # Process pairs per comparison on a GPU. On the H200 each process carries a fixed
@@ -63,22 +98,56 @@ GPU_PAIRS = 8
 
 
 class BrokenCase(RuntimeError):
-    """The side's library computed a wrong result for this case."""
+    """The side's library computed a wrong result for this case.
+
+    details: ``{"correctness": ...}``, sent to the coordinator with the error
+    (``paired.serve``), so a broken case's record still carries its errors.
+    """
+
+    def __init__(self, message: str, correctness: Correctness | None = None) -> None:
+        super().__init__(message)
+        self.details = {"correctness": asdict(correctness)} if correctness else {}
 
 
 # --------------------------------------------------------------------------- side
 
 
 def case(
-    suite: str, size: str, case_id: str, impl: str, backend: str
-) -> tuple[Callable[[Any], Any], Any]:
-    """Side factory: the case ``case_id`` of ``suite``, checked, ready to time."""
+    suite: str,
+    size: str,
+    case_id: str,
+    impl: str,
+    backend: str,
+    seed: int | None = None,
+    check: bool = True,
+) -> tuple[Callable[[Any], Any], Any, dict[str, Any]]:
+    """Side factory: the case ``case_id`` of ``suite``, ready to time.
+
+    Inputs come from ``seed`` (the coordinator gives every side the same one). With
+    ``check`` the result is checked first (``runner.checked_case``) and the check's
+    errors returned as the set-up ``info``; a wrong result raises ``BrokenCase``.
+    """
     device = _device()
     spec = _find(load_suite(suite, size, device), case_id, backend)
-    fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device)
+    if not check:
+        fn = load_impl(resolve_impl(impl), spec.kernel)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(random_seed() if seed is None else seed)
+        inputs = spec.make_inputs(gen, device)
+        call: Callable[[Any], Any] = lambda i: spec.invoke(fn, i)
+        # One eager call on the default stream before any CUDA-graph capture, as the
+        # checking side makes: a library's first-use allocations must not happen inside
+        # a capture. Without it, on the H200 (2026-12-01) the second case of a suite
+        # hit an illegal address in sides that did not check (pairs >= 2, a kernel that
+        # allocates its output).
+        call(inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return call, inputs, {}
+    fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device, seed)
     if not correctness.passed:
-        raise BrokenCase(correctness.detail or "correctness check failed")
-    return (lambda i: spec.invoke(fn, i)), inputs
+        raise BrokenCase(correctness.detail or "correctness check failed", correctness)
+    return (lambda i: spec.invoke(fn, i)), inputs, {"correctness": asdict(correctness)}
 
 
 def _find(specs: Sequence[CaseSpec], cid: str, backend: str) -> CaseSpec:
@@ -124,13 +193,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--fresh-sides",
+        dest="fresh_sides",
         action="store_true",
-        help="new side processes for each re-measure (per-process offsets become noise)",
+        default=True,
+        help="new side processes for each re-measure and the confirmation (the default: "
+        "the process is the unit, its own offset becomes noise in the interval)",
+    )
+    p.add_argument(
+        "--reuse-sides",
+        dest="fresh_sides",
+        action="store_false",
+        help="re-measure in the same side processes (faster set-up, but more groups "
+        "cannot shrink the between-process error)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of every case's inputs (default: a new one per case, recorded)",
     )
     p.add_argument("--case-timeout", type=float, default=300.0, help="per set-up or block")
     p.add_argument("--library", default="{}", help="JSON of the candidate library")
     p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.min_effect > 0:
+        p.error(f"--min-effect must be above 0 (a relative change), got {args.min_effect}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu = device.type == "cpu"
     if cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    # before the sides start: they inherit the thread variables
+    threads = pin_cpu_threads(device)
     size = args.size or ("smoke" if cpu else "quick")
     backend = args.backend or args.impl
     pairs = max(1, args.pairs if args.pairs is not None else (1 if cpu else GPU_PAIRS))
@@ -166,10 +256,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             params = {"suite": suite, "size": size, "case_id": cid, "impl": args.impl,
                       "backend": backend}  # fmt: skip
             record = measure_case(
-                sides, spec, suite, cid, backend, params, cfg, args.retries, args.fresh_sides
-            )
+                sides, spec, suite, cid, backend, params, cfg, args.retries, args.fresh_sides,
+                args.seed,
+            )  # fmt: skip
             record["library"] = library
             record["paired"]["baseline_library"] = baseline_library
+            if threads is not None:
+                record.setdefault("environment", {})["threads"] = threads
             # NaN stays NaN here, as in the runner's records: the store writes it as null
             out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
             out.flush()
@@ -227,48 +320,81 @@ def measure_case(
     params: dict[str, Any],
     cfg: PairedConfig,
     retries: int,
-    fresh_sides: bool = False,
+    fresh_sides: bool = True,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """One case to one candidate record with a ``paired`` section."""
+    """One case to one candidate record with a ``paired`` section.
+
+    Stage 1 measures (with up to ``retries`` re-measures while inconclusive, in
+    fresh side processes unless ``fresh_sides`` is off); a flaky baseline check is
+    re-checked once in fresh processes first. A stage-1 verdict that would block
+    (regression, less_accurate) is confirmed by an independent stage: fresh
+    processes, new inputs, its own groups; if it disagrees the case is inconclusive
+    (``verdict.confirm``, ``verdict.confirm_accuracy``).
+    """
     record = blank_record(spec, suite, cid, backend)
-    paired: dict[str, Any] = {"verdict": "error", "attempts": 0}
-    budget = cfg.budget_s
-    result: PairedResult | None = None
-    logs: list[float] = []
-    clusters: list[int] = []
+    paired = PairedSection(verdict="error")
+    seed = random_seed() if seed is None else seed
+    paired.seed = seed
     try:
-        for attempt in range(retries + 1):
-            if attempt and fresh_sides:
-                sides.restart()  # a process's own offset becomes noise across attempts
-            a, b = sides.pair()
-            paired["attempts"] = attempt + 1
-            result = compare(a, b, FACTORY, params, params, _with_budget(cfg, budget))
-            # Every attempt's groups count: a re-measure adds to the evidence instead of
-            # replacing it. compare() names the unit of its interval (process pair or
-            # placement); only processes kept from the last attempt are the same unit again.
-            logs += [math.log(r) for r in result.group_ratios]
-            same_unit = sides.pairs > 1 and not fresh_sides
-            units = result.clusters or []
-            clusters += [c if same_unit else attempt * 1000 + c for c in units]
-            if attempt:
-                judged_by = clusters if result.clusters is not None else None
-                ratio, lo, hi, verdict = judge(logs, cfg, judged_by)
-                result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
-                result.verdict, result.groups = verdict, len(logs)
-            if result.verdict != "inconclusive":
-                break
-            budget *= 2
+        try:
+            first = measure_stage(sides, FACTORY, params, cfg, retries, fresh_sides, seed)
+        except SideError as exc:
+            if not (_broken(exc) and _role(exc.side) == "A"):
+                raise
+            # One failed baseline check may be a flake (a race, a sick process): check
+            # again in fresh processes on the same inputs before calling it broken.
+            sides.restart()
+            paired.note = f"baseline check failed once, re-checked: {exc.remote}"
+            first = measure_stage(sides, FACTORY, params, cfg, retries, fresh_sides, seed)
+        paired.attempts = first.attempts
+        second: Outcome | None = None
+        final = first.verdict
+        if final in BLOCKING:
+            sides.restart()  # independent: new processes, new inputs, its own groups
+            try:
+                second = measure_stage(
+                    sides, FACTORY, params, cfg, retries, fresh_sides, next_seed(seed)
+                )
+                final = confirmed(first, second)
+            except SideError as exc:
+                if not (_broken(exc) and _role(exc.side) == "A"):
+                    raise
+                final = CaseVerdict.INCONCLUSIVE  # the baseline broke on the new inputs
+                paired.note = f"confirmation: baseline was broken: {exc.remote}"
     except SideError as exc:
         return _side_failed(record, paired, exc)
     except (SideDied, SideTimeout) as exc:  # crash or hang: recorded, the sides restart
         record.error = str(exc)
         return _as_dict(record, paired)
-    assert result is not None
+    return _as_dict(*_passed(record, paired, first, second, final, cfg, sides.pairs))
+
+
+def _passed(
+    record: ResultRecord,
+    paired: PairedSection,
+    first: Outcome,
+    second: Outcome | None,
+    final: CaseVerdict,
+    cfg: PairedConfig,
+    pairs: int,
+) -> tuple[ResultRecord, PairedSection]:
+    """The record of a case both sides ran correctly: stage 1's timing, the final verdict."""
+    result = first.result
     record.status = "pass"
     record.timing = _candidate_timing(result)
-    record.device = {"paired_describe": result.describe_b}
-    paired.update(
-        verdict=result.verdict,
+    record.correctness = first.candidate
+    # the store reads ``reliable`` from the device section (db/store.py)
+    record.device = {
+        "paired_describe": result.describe_b,
+        "reliable": first.reliable,
+        "throttled_blocks": first.throttled_blocks,
+    }
+    decision = decide(result.ratio, result.ci_low, result.ci_high, cfg.min_effect,
+                      reliable=first.reliable)  # fmt: skip
+    paired = PairedSection(
+        verdict=str(final),
+        attempts=first.attempts,
         ratio=result.ratio,
         ci_low=result.ci_low,
         ci_high=result.ci_high,
@@ -279,36 +405,55 @@ def measure_case(
         stop_reason=result.stop_reason,
         baseline_median=result.a_median,
         candidate_median=result.b_median,
-        group_ratios=result.group_ratios,
-        pairs=sides.pairs,
-        group_pairs=result.pairs,
-        baseline_blocks=result.a_blocks,
-        clocks=result.clocks,
+        group_ratios=list(result.group_ratios),
+        pairs=pairs,
+        group_pairs=list(result.pairs),
+        baseline_blocks=list(result.a_blocks),
+        clocks=list(result.clocks),
+        note=paired.note,
+        seed=first.seed,
+        reliable=first.reliable,
+        throttled_blocks=first.throttled_blocks,
+        timing_verdict=str(first.timing),
+        accuracy_verdict=str(first.accuracy.verdict),
+        accuracy_detail=first.accuracy.detail,
+        baseline_correctness=first.baseline,
+        excluded_effect=excluded_effect(result.ci_low, result.ci_high),
+        detail=decision.detail,
+        stage1=first.section(),
+        confirmation=second.section() if second is not None else None,
     )
-    return _as_dict(record, paired)
+    return record, paired
 
 
-def _side_failed(record: ResultRecord, paired: dict[str, Any], exc: SideError) -> dict[str, Any]:
+def _broken(exc: SideError) -> bool:
+    return exc.remote.startswith("BrokenCase")
+
+
+def _role(side: str) -> str:
+    """``A``/``B`` of a side named ``A``, ``B`` or, with several pairs, ``A3``, ``B0``."""
+    return side[:1]
+
+
+def _side_failed(record: ResultRecord, paired: PairedSection, exc: SideError) -> dict[str, Any]:
     """Turn a side's error reply into the case's outcome (see the module docstring)."""
-    remote, side = exc.remote, exc.side
+    remote, role = exc.remote, _role(exc.side)
     if remote.startswith("Unavailable"):
         record.status = "skip"
         record.error = remote.split(":", 1)[-1].strip()
-        paired["verdict"] = None
-    elif remote.startswith("BrokenCase") and side == "B":
+        paired.verdict = None
+    elif _broken(exc) and role == "B":
         record.status = "fail"
         record.error = remote.split(":", 1)[-1].strip()
-        paired["verdict"] = "broken"
-    elif remote.startswith("BrokenCase"):
+        record.correctness = correctness_of(exc.details)
+        paired.verdict = "broken"
+    elif _broken(exc):
         record.status = "pass"  # no timing: a fix is not a time comparison
-        paired.update(verdict="unchanged", note=f"baseline was broken: {remote}")
+        paired.baseline_correctness = correctness_of(exc.details)
+        paired.verdict, paired.note = "unchanged", f"baseline was broken: {remote}"
     else:
-        record.error = f"{'candidate' if side == 'B' else 'baseline'}: {remote}"
+        record.error = f"{'candidate' if role == 'B' else 'baseline'}: {remote}"
     return _as_dict(record, paired)
-
-
-def _with_budget(cfg: PairedConfig, budget: float) -> PairedConfig:
-    return PairedConfig(**{**asdict(cfg), "budget_s": budget})
 
 
 def _candidate_timing(result: PairedResult) -> Timing:
@@ -331,7 +476,7 @@ def _candidate_timing(result: PairedResult) -> Timing:
     )
 
 
-def _as_dict(record: ResultRecord, paired: dict[str, Any]) -> dict[str, Any]:
+def _as_dict(record: ResultRecord, paired: PairedSection) -> dict[str, Any]:
     record.paired = paired
     data: dict[str, Any] = json.loads(record.to_json())
     return data

@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 SCHEMA_VERSION = 1
 
 Status = Literal["pass", "fail", "error", "skip"]
 
+# The parameters that identify a case (``{"rows": 4, "dtype": "float16"}``): JSON
+# values by name, hashed into the case id. The one alias for them, here because the
+# record carries them and this module is free of torch; ``suite.CaseSpec`` is a case
+# of a suite (parameters plus the callables that run it) and ``db.models.Case`` is
+# the stored row of a case id: different things, different names.
+CaseParams = dict[str, Any]
 
-def canonical_params(params: dict[str, Any]) -> str:
+
+class RecordError(ValueError):
+    """A result record that does not have this schema's shape; the message names the field."""
+
+
+def canonical_params(params: CaseParams) -> str:
     """Parameters as a canonical JSON string: sorted keys, no whitespace.
 
     Two spellings of the same case (key order, ``1`` vs ``1``) must hash alike.
@@ -26,7 +40,7 @@ def canonical_params(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def case_id(kernel: str, backend: str, params: dict[str, Any]) -> str:
+def case_id(kernel: str, backend: str, params: CaseParams) -> str:
     """Stable id of a case: the first 16 hex digits of sha256(kernel|backend|params)."""
     text = f"{kernel}|{backend}|{canonical_params(params)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -97,18 +111,120 @@ class Throughput:
 
 
 @dataclass
+class PairedStage:
+    """One stage of a paired verdict (``PairedSection.stage1`` / ``confirmation``).
+
+    Stage 1 is the measurement with its re-measures; a stage-1 verdict that would
+    block is confirmed by a second, independent stage (fresh processes, new inputs
+    from its own ``seed``, its own groups). verdict: the stage's word (accuracy
+    first, then time); timing_verdict: the interval rule's; accuracy_verdict:
+    ``less_accurate`` or ``unchanged`` with ``accuracy_growth`` (candidate error
+    over baseline error per measure). excluded_effect: a relative change beyond
+    ±this is ruled out by the interval. reliable: no block ran throttled
+    (``throttled_blocks`` did). baseline_errors/candidate_errors: each side's
+    check on this stage's inputs (``correctness.check`` errors).
+    """
+
+    verdict: str
+    timing_verdict: str
+    accuracy_verdict: str
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    excluded_effect: float | None = None
+    groups: int = 0
+    attempts: int = 0
+    seconds: float | None = None
+    seed: int | None = None
+    reliable: bool = True
+    throttled_blocks: int = 0
+    accuracy_growth: dict[str, float | None] = field(default_factory=dict)
+    baseline_errors: dict[str, float | None] = field(default_factory=dict)
+    candidate_errors: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class PairedSection:
+    """The paired mode's comparison with the baseline (``kernels/paired_suite.py``).
+
+    The baseline and this candidate were measured interleaved on one GPU; the
+    ratio is candidate/baseline time (above 1: slower), with its interval at
+    ``confidence`` over ``groups`` groups. It is the shape ``paired_suite`` writes,
+    not ``paired.PairedResult`` (that is one attempt's raw outcome): a section also
+    exists, with ``verdict`` and ``note`` only, when no time comparison was made
+    (a side broke, crashed or could not run the case).
+
+    verdict: regression | less_accurate | improvement | unchanged | inconclusive |
+        broken | error, None for a skipped case. attempts: measurements made (re-measures included).
+    min_effect: the threshold the verdict was judged at (analysis re-judges the
+        interval when the case's threshold differs).
+    baseline_median, candidate_median: seconds per call of each side's blocks.
+    group_ratios: the ratio of each group; group_pairs: the process pair of each;
+        pairs: process pairs per role. baseline_blocks: the baseline's block medians.
+    clocks: SM clocks seen (MHz). note: why no comparison was made, when none was.
+    baseline_library: {name, version, commit} of the baseline side.
+    """
+
+    verdict: str | None = None
+    attempts: int = 0
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    min_effect: float | None = None
+    groups: int | None = None
+    seconds: float | None = None
+    stop_reason: str | None = None
+    baseline_median: float | None = None
+    candidate_median: float | None = None
+    group_ratios: list[float | None] = field(default_factory=list)
+    pairs: int | None = None
+    group_pairs: list[int] = field(default_factory=list)
+    baseline_blocks: list[float | None] = field(default_factory=list)
+    clocks: list[int] = field(default_factory=list)
+    note: str = ""
+    baseline_library: dict[str, Any] = field(default_factory=dict)
+    # Accuracy, telemetry and the two stages (issue 13). seed: of both sides' inputs
+    # in stage 1. reliable: no block ran throttled (else at worst inconclusive).
+    # timing_verdict / accuracy_verdict: stage 1's two findings behind ``verdict``
+    # (``less_accurate``: error grew beyond the margin over the baseline's on the
+    # same inputs, ``accuracy_detail`` says by how much). baseline_correctness: the
+    # baseline's check (the candidate's is the record's ``correctness``).
+    # excluded_effect/detail: what the interval rules out ("a change beyond ±2.1 %
+    # is excluded"). stage1, confirmation: see ``PairedStage``.
+    seed: int | None = None
+    reliable: bool = True
+    throttled_blocks: int = 0
+    timing_verdict: str | None = None
+    accuracy_verdict: str | None = None
+    accuracy_detail: str = ""
+    baseline_correctness: Correctness | None = None
+    excluded_effect: float | None = None
+    detail: str = ""
+    stage1: PairedStage | None = None
+    confirmation: PairedStage | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairedSection:
+        """Parse a stored or written section; NaN stored as null reads back as None."""
+        return _parse(cls, data, "paired")
+
+
+@dataclass
 class ResultRecord:
     """One case's outcome: correctness first, then timing, with where it ran.
 
     A timing from a case whose correctness failed is kept for diagnosis but never
-    used as a baseline or shown as a result.
+    used as a baseline or shown as a result. Build one with ``for_case`` (the
+    runner's, the paired coordinator's and the worker's crash records alike) and
+    read one with ``from_dict``, which checks every field against this schema.
     """
 
     suite: str
     case_id: str
     kernel: str
     backend: str
-    params: dict[str, Any]
+    params: CaseParams
     status: Status
     library: dict[str, Any] = field(default_factory=dict)
     correctness: Correctness | None = None
@@ -119,25 +235,116 @@ class ResultRecord:
     error: str = ""
     log_tail: str = ""
     # paired mode only (kernels/paired_suite.py): the comparison with the baseline
-    # measured interleaved with this candidate (verdict, ratio, interval, groups, ...)
-    paired: dict[str, Any] | None = None
+    # measured interleaved with this candidate
+    paired: PairedSection | None = None
     schema: int = SCHEMA_VERSION
+
+    @classmethod
+    def for_case(
+        cls, suite: str, cid: str, kernel: str, backend: str, params: CaseParams
+    ) -> ResultRecord:
+        """The case's record before anything ran: ``error`` until something better is known.
+
+        The one constructor of a new record, so a record the worker writes for a
+        case that crashed has the same fields as one the runner wrote.
+        """
+        return cls(
+            suite=suite, case_id=cid, kernel=kernel, backend=backend, params=params, status="error"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, default=str)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ResultRecord:
-        """Parse a record, refusing schemas this code does not understand."""
+    def from_dict(cls, data: Any) -> ResultRecord:
+        """Parse a record, refusing schemas this code does not understand.
+
+        Raises ``RecordError`` (a ``ValueError``) naming the first field that is
+        missing, unknown or of the wrong type, so a consumer can store a readable
+        error instead of a record it would misread.
+        """
+        if not isinstance(data, Mapping):
+            raise RecordError(f"a result record is a JSON object, not {type(data).__name__}")
         if data.get("schema") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported result schema {data.get('schema')!r}")
-        data = dict(data)
-        corr = data.pop("correctness", None)
-        timing = data.pop("timing", None)
-        thr = data.pop("throughput", None)
-        return cls(
-            **data,
-            correctness=Correctness(**corr) if corr else None,
-            timing=Timing(**timing) if timing else None,
-            throughput=Throughput(**thr) if thr else None,
-        )
+            raise RecordError(
+                f"unsupported result schema {data.get('schema')!r} "
+                f"(this code reads {SCHEMA_VERSION})"
+            )
+        return _parse(cls, data, "record")
+
+
+def paired_section(record: Mapping[str, Any] | None) -> PairedSection | None:
+    """The paired section of a record as stored (``results.record``); None if unpaired.
+
+    Stored records have NaN and infinities as null (``db.store.json_safe``), which
+    the section's optional numbers accept, so this reads old rows as well.
+    """
+    data = (record or {}).get("paired")
+    return None if data is None else PairedSection.from_dict(data)
+
+
+# --------------------------------------------------------------------------- validation
+
+_D = TypeVar("_D")
+
+
+def _parse(cls: type[_D], data: Any, where: str) -> _D:
+    """Build dataclass ``cls`` from ``data``, checking keys and types on the way."""
+    if not isinstance(data, Mapping):
+        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise RecordError(f"{where}: unknown field {unknown[0]!r}")
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        if name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise RecordError(f"{where}: missing field {name!r}")
+            continue
+        values[name] = _value(hints[name], data[name], f"{where}.{name}")
+    return cls(**values)
+
+
+def _value(tp: Any, value: Any, where: str) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _value(arg, value, where)
+            except RecordError as exc:
+                errors.append(str(exc))
+        raise RecordError(errors[0] if errors else f"{where}: must not be null")
+    if origin is Literal:
+        if value not in args:
+            allowed = ", ".join(map(str, args))
+            raise RecordError(f"{where}: {value!r} is not one of {allowed}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise RecordError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise RecordError(f"{where}: expected an object, got {type(value).__name__}")
+        return {k: _value(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if is_dataclass(tp):
+        return _parse(tp, value, where)  # type: ignore[arg-type]
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RecordError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, str, bool):
+        if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
+            raise RecordError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    raise RecordError(f"{where}: no rule for type {tp!r}")  # a field type this code forgot

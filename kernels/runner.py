@@ -23,8 +23,8 @@ from typing import Any, TextIO
 import torch
 
 from kernelwatch.kernels.adapters import Unavailable
-from kernelwatch.kernels.correctness import check, poison_
-from kernelwatch.kernels.device import describe_device, describe_environment
+from kernelwatch.kernels.correctness import check, compute_dtype, poison_
+from kernelwatch.kernels.device import describe_device, describe_environment, pin_cpu_threads
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
 from kernelwatch.kernels.plugins import resolve_impl
 from kernelwatch.kernels.record import Correctness, ResultRecord, Throughput, case_id
@@ -38,7 +38,7 @@ BUILTIN_IMPL = "kernelwatch.kernels.triton_kernels"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="kernelwatch bench", description=__doc__.splitlines()[0])
     p.add_argument("--suite", action="append", help="suite name (repeatable); default: basic")
-    p.add_argument("--out", required=True, help="JSON-lines file to write ('-' for stdout)")
+    p.add_argument("--out", help="JSON-lines file to write ('-' for stdout); required to run")
     p.add_argument("--impl", default=BUILTIN_IMPL, help="module providing the kernels under test")
     p.add_argument("--backend", default=None, help="backend label (default: the impl module)")
     p.add_argument(
@@ -57,18 +57,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--library", default="{}", help="JSON: {name, version, commit} of the library")
     p.add_argument("--list", action="store_true", help="list suites and exit")
     p.add_argument("--no-peaks", action="store_true", help="skip the roofline peak probe")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.list and not args.out:
+        p.error("the following arguments are required: --out (or --list)")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The worker's entry (``python -m kernelwatch.kernels.runner``).
+
+    Exits 0 whenever the suite ran to its end, whatever its cases found: the records
+    say that, and the worker reads a non-zero exit as a crash of the runner.
+    ``kernelwatch bench`` turns the records into an exit code and a summary instead.
+    """
     args = parse_args(argv)
     if args.list:
         print("\n".join(suite_names()))
         return 0
+    bench(args)
+    return 0
+
+
+def bench(args: argparse.Namespace) -> list[ResultRecord]:
+    """Run the selected cases, writing each record as it ends; every record, in order."""
+    records: list[ResultRecord] = []
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":
         # Must be set before any @triton.jit decorator runs (i.e. before kernel imports).
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    pin_cpu_threads(device)  # commit and released-version runs alike: the runner does it
     size = args.size or ("smoke" if device.type == "cpu" else "full")
     config = TimerConfig(
         cold_l2=not args.warm_l2,
@@ -106,10 +123,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             record.environment = env_info
             out.write(record.to_json() + "\n")
             out.flush()
+            records.append(record)
     finally:
         if out is not sys.stdout:
             out.close()
-    return 0
+    return records
+
+
+def summary(records: Sequence[ResultRecord]) -> str:
+    """A short table for people, one line a case, then the count and each case's error.
+
+    Medians in microseconds and throughput as measured; the JSON lines stay the
+    machine output, this is only what a person reads after them.
+    """
+    if not records:
+        return "no cases selected"
+    lines = [f"{'kernel':<12} {'status':<6} {'median':>12} {'TFLOP/s':>8} {'GB/s':>8}  params"]
+    for r in records:
+        median = f"{r.timing.median * 1e6:.2f} us" if r.timing is not None else "-"
+        tflops = f"{r.throughput.tflops:.2f}" if r.throughput is not None else "-"
+        gbps = f"{r.throughput.gbps:.1f}" if r.throughput is not None else "-"
+        params = json.dumps(r.params, sort_keys=True)
+        lines.append(f"{r.kernel:<12} {r.status:<6} {median:>12} {tflops:>8} {gbps:>8}  {params}")
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    order = ("pass", "fail", "error", "skip")
+    lines.append(
+        f"{len(records)} case{'s' if len(records) != 1 else ''}: "
+        + ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
+    )
+    for r in records:
+        if r.status in ("fail", "error") and r.error:
+            lines.append(f"  {r.status} {r.kernel} {r.case_id}: {r.error}")
+    return "\n".join(lines)
 
 
 def run_case(
@@ -171,29 +218,27 @@ def selected_cases(
 
 def blank_record(spec: CaseSpec, suite: str, cid: str, backend: str) -> ResultRecord:
     """The case's record before anything ran: ``error`` until something better is known."""
-    return ResultRecord(
-        suite=suite,
-        case_id=cid,
-        kernel=spec.kernel,
-        backend=backend,
-        params=spec.params,
-        status="error",
-    )
+    return ResultRecord.for_case(suite, cid, spec.kernel, backend, spec.params)
 
 
 def checked_case(
-    spec: CaseSpec, impl: str, device: torch.device
+    spec: CaseSpec, impl: str, device: torch.device, seed: int | None = None
 ) -> tuple[Any, dict[str, Any], Correctness]:
     """The implementation, fresh inputs, and one checked call against the reference.
 
-    Fresh random inputs (a new seed each time), the output poisoned before the
+    Fresh random inputs (a new seed each time unless ``seed`` is given: the paired
+    mode gives both sides, and every process pair, the same one, so their errors
+    are on identical inputs and can be compared), the output poisoned before the
     call, the error against a float32 (float64 on the CPU) reference bounded by
-    the low-precision reference's own error (``correctness.py``). Shared by the
-    runner and the paired mode, so both refuse to time a wrong result alike.
+    the low-precision reference's own error at the floor of the dtype the case
+    computes in (``correctness.py``). Shared by the runner and the paired mode, so
+    both refuse to time a wrong result alike.
     """
     fn = load_impl(impl, spec.kernel)
     gen = torch.Generator(device=device)
-    gen.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+    if seed is None:
+        seed = random_seed()
+    gen.manual_seed(seed)
     inputs = spec.make_inputs(gen, device)
     poison_(inputs["out"])
     spec.invoke(fn, inputs)
@@ -202,7 +247,17 @@ def checked_case(
     hi = torch.float64 if device.type == "cpu" else torch.float32
     ref = spec.reference(inputs, hi)
     lowp = spec.reference(inputs, spec.dtype) if spec.dtype not in (hi,) else None
-    return fn, inputs, check(inputs["out"], ref, lowp, spec.dtype, spec.tolerance_kind)
+    dtype = compute_dtype(spec.dtype, inputs)
+    return fn, inputs, check(inputs["out"], ref, lowp, dtype, spec.tolerance_kind)
+
+
+# Seeds of case inputs: 31 bits, exact in JSON (records carry them) and in any reader.
+SEED_SPACE = 2**31
+
+
+def random_seed() -> int:
+    """A fresh seed for a case's inputs."""
+    return int.from_bytes(os.urandom(8), "little") % SEED_SPACE
 
 
 def _peaks(device: torch.device, dev_info: dict[str, Any], skip: bool) -> dict[str, Any] | None:
@@ -234,4 +289,4 @@ if __name__ == "__main__":
     entry()
 
 
-__all__: list[Any] = ["main", "run_case", "CASE_MARKER"]
+__all__: list[Any] = ["main", "bench", "run_case", "summary", "CASE_MARKER"]

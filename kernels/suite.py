@@ -19,15 +19,23 @@ from typing import Any
 
 import torch
 
+from kernelwatch.kernels.record import CaseParams
+
+# The inputs of one call of a case, by name: tensors (``out`` among them) and the
+# scalars the kernel needs; what ``make_inputs`` builds and every adapter receives.
 Inputs = dict[str, Any]
 
 
 @dataclass
 class CaseSpec:
-    """One case of a suite. ``params`` identify it; the callables do the work."""
+    """One case of a suite. ``params`` identify it; the callables do the work.
+
+    Not ``db.models.Case`` (the stored row of a case id) nor the ``(call, inputs)``
+    pairs of ``benchcases``: a spec is what the runner needs to check and time it.
+    """
 
     kernel: str
-    params: dict[str, Any]
+    params: CaseParams
     make_inputs: Callable[[torch.Generator, torch.device], Inputs]
     invoke: Callable[[Callable[..., Any], Inputs], Any]
     reference: Callable[[Inputs, torch.dtype], torch.Tensor]
@@ -47,11 +55,6 @@ _SUITES: dict[str, str] = {
     "decode": "kernelwatch.kernels.suites.decode:build",
     "gemm": "kernelwatch.kernels.suites.gemm:build",
 }
-
-
-def register_suite(name: str, target: str) -> None:
-    """Register a suite builder by ``module:function`` (plugins use entry points later)."""
-    _SUITES[name] = target
 
 
 def all_suites() -> dict[str, str]:

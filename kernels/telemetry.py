@@ -10,8 +10,11 @@ is ``None`` and nothing is discarded.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from kernelwatch.kernels import stats
 
 # NVML throttle-reason bits (nvml.h: nvmlClocksEventReasons).
 REASONS = {
@@ -27,6 +30,9 @@ REASONS = {
 }
 # Reasons that mean the measurement is not of the kernel but of a sick or hot GPU.
 UNRELIABLE_REASONS = {"hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"}
+# A block (or batch) whose SM clock fell below this share of the measurement's
+# sustained clock ran throttled (nvbench: 75 %).
+CLOCK_FLOOR = 0.75
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,49 @@ class Reading:
     temp_c: int
     power_w: float
     reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """Whether a set of blocks was measured on a healthy GPU, and why not.
+
+    throttled: indices of the blocks that ran below the clock floor or under an
+    unreliable throttle reason; reasons: the unreliable reasons seen.
+    """
+
+    reliable: bool
+    throttled: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    reference_mhz: int | None = None
+
+
+def blocks_reliable(
+    clocks: Sequence[int | None],
+    reasons: Sequence[Iterable[str]] = (),
+    floor: float = CLOCK_FLOOR,
+) -> Reliability:
+    """The paired mode's throttle guard: every block must have run at a sane clock.
+
+    ``clocks``: the SM clock read after each block (None: not read); ``reasons``:
+    the throttle reasons read with it. The reference is the median clock of the
+    blocks (the sustained level of this measurement, as the timer uses: a
+    power-capped GEMM runs below its warm-up clock all its life). One throttled
+    block makes the whole comparison unreliable: in paired mode a slow block on one
+    side is a ratio, so it could fake a regression, and a throttled comparison
+    can never be one (it is measured again instead). Without NVML (no clocks at
+    all) nothing is known to be wrong: reliable.
+    """
+    seen = [c for c in clocks if c]
+    reference = int(stats.median(seen)) if seen else None
+    throttled: list[int] = []
+    bad: set[str] = set()
+    for i, clock in enumerate(clocks):
+        why = set(reasons[i]) & UNRELIABLE_REASONS if i < len(reasons) else set()
+        low = bool(clock and reference and clock < floor * reference)
+        if why or low:
+            throttled.append(i)
+            bad |= why
+    return Reliability(not throttled, throttled, sorted(bad), reference)
 
 
 class Telemetry:

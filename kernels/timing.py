@@ -120,6 +120,10 @@ class Sampler:
     def last_clock(self) -> int | None:
         return None
 
+    def last_reasons(self) -> list[str]:
+        """Throttle reasons read after the last block (paired mode's guard); none off-GPU."""
+        return []
+
     def describe(self) -> dict[str, Any]:
         return {"sample_s": self.sample_s, "calls_per_sample": self.calls_per_sample}
 
@@ -235,6 +239,9 @@ class _CudaSampler(Sampler):
 
     def last_clock(self) -> int | None:
         return self._last.sm_mhz if self._last is not None else None
+
+    def last_reasons(self) -> list[str]:
+        return [x for x in self._last.reasons if x != "gpu_idle"] if self._last else []
 
     def below_floor(self, reference_mhz: float | None) -> bool:
         """The last block ran under the clock floor (nvbench: 75 % of the reference)."""

@@ -27,13 +27,13 @@ from typing import Any
 import torch
 
 from kernelwatch.kernels.adapters import Unavailable, first, require_cuda, require_module
+from kernelwatch.kernels.suite import Inputs
 
-Case = dict[str, Any]
 LIB = "flashinfer-python"
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
-def _api(case: Case, tensor: str) -> ModuleType:
+def _api(case: Inputs, tensor: str) -> ModuleType:
     require_cuda(case[tensor], "FlashInfer")
     return require_module("flashinfer", LIB)
 
@@ -52,7 +52,7 @@ def _wrapper(fi: ModuleType, name: str) -> Any:
 
 
 def _ragged(
-    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int]
+    case: Inputs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int]
 ) -> torch.Tensor:
     fi = _api(case, "q")
     wrapper = case.get("_cache_flashinfer")
@@ -75,7 +75,7 @@ def _ragged(
     return first(wrapper.run(q, k, v))
 
 
-def prefill(case: Case) -> torch.Tensor:
+def prefill(case: Inputs) -> torch.Tensor:
     fi = _api(case, "q")
     q, k, v = case["q"], case["k"], case["v"]
     b, sq = q.size(0), q.size(1)
@@ -97,11 +97,11 @@ def prefill(case: Case) -> torch.Tensor:
     return out.view(q.shape)
 
 
-def prefill_varlen(case: Case) -> torch.Tensor:
+def prefill_varlen(case: Inputs) -> torch.Tensor:
     return _ragged(case, case["q"], case["k"], case["v"], case["seq_lens"])
 
 
-def prefill_fp8(case: Case) -> torch.Tensor:
+def prefill_fp8(case: Inputs) -> torch.Tensor:
     fi = _api(case, "q")
     q, k, v = case["q"], case["k"], case["v"]
     if q.size(0) != 1:
@@ -127,7 +127,7 @@ def prefill_fp8(case: Case) -> torch.Tensor:
     return out.unsqueeze(0)
 
 
-def prefill_paged(case: Case) -> torch.Tensor:
+def prefill_paged(case: Inputs) -> torch.Tensor:
     fi = _api(case, "q")
     q, kc = case["q"], case["k_cache"]
     wrapper = case.get("_cache_flashinfer")
@@ -152,7 +152,7 @@ def prefill_paged(case: Case) -> torch.Tensor:
     return first(wrapper.run(q, (kc, case["v_cache"])))
 
 
-def decode_paged(case: Case) -> torch.Tensor:
+def decode_paged(case: Inputs) -> torch.Tensor:
     fi = _api(case, "q")
     q, kc = case["q"], case["k_cache"]
     wrapper = case.get("_cache_flashinfer")
@@ -180,7 +180,7 @@ def decode_paged(case: Case) -> torch.Tensor:
     return first(wrapper.run(q, (kc, case["v_cache"]), **scales))
 
 
-def decode_mla(case: Case) -> torch.Tensor:
+def decode_mla(case: Inputs) -> torch.Tensor:
     fi = _api(case, "q_nope")
     qn = case["q_nope"]
     wrapper = case.get("_cache_flashinfer")
@@ -206,7 +206,7 @@ def decode_mla(case: Case) -> torch.Tensor:
     return first(wrapper.run(qn, case["q_pe"], case["ckv_cache"], case["kpe_cache"]))
 
 
-def _kv_heads(case: Case) -> int:
+def _kv_heads(case: Inputs) -> int:
     kc = case["k_cache"]
     return int(kc.size(1) if case["layout"] == "HND" else kc.size(2))
 

@@ -7,7 +7,7 @@
   (``f8f8bf16_rowwise``); on the H200 with torch 2.11+cu130 the profiler showed
   cuBLASLt's ``nvjet_sm90_*`` kernel instead (2026-11-29,
   ``docs/data/gemm-kernel-names.json``), so this is **not** a CUTLASS GEMM there.
-  ``benchmarks/gpu_issue4.sh`` records the kernel names on each run; a CUTLASS
+  ``python -m benchmarks.gpu libraries --part gemm-kernels`` records the kernel names; a CUTLASS
   GEMM on Hopper needs the CuTe DSL (``nvidia-cutlass-dsl``), not yet an adapter.
 - ``gemm_fp8_tensorwise``: ``torch._scaled_mm`` with one scale per tensor
   (cuBLASLt).
@@ -28,21 +28,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from kernelwatch.kernels.adapters import require_cuda
+from kernelwatch.kernels.suite import Inputs
 
-Case = dict[str, Any]
 
-
-def gemm(case: Case) -> torch.Tensor:
+def gemm(case: Inputs) -> torch.Tensor:
     out: torch.Tensor = torch.mm(case["a"], case["w"].t(), out=case["out"])
     return out
 
 
-def gemm_fp8_rowwise(case: Case) -> torch.Tensor:
+def gemm_fp8_rowwise(case: Inputs) -> torch.Tensor:
     out: torch.Tensor = torch._scaled_mm(
         case["a"],
         case["w"].t(),
@@ -53,7 +50,7 @@ def gemm_fp8_rowwise(case: Case) -> torch.Tensor:
     return out
 
 
-def gemm_fp8_tensorwise(case: Case) -> torch.Tensor:
+def gemm_fp8_tensorwise(case: Inputs) -> torch.Tensor:
     out: torch.Tensor = torch._scaled_mm(
         case["a"],
         case["w"].t(),
@@ -64,7 +61,7 @@ def gemm_fp8_tensorwise(case: Case) -> torch.Tensor:
     return out
 
 
-def gemm_grouped(case: Case) -> torch.Tensor:
+def gemm_grouped(case: Inputs) -> torch.Tensor:
     out: torch.Tensor = torch._grouped_mm(
         case["a"],
         case["w"].transpose(-2, -1),  # [E, k, n] view of the [E, n, k] expert weights
@@ -74,7 +71,7 @@ def gemm_grouped(case: Case) -> torch.Tensor:
     return out
 
 
-def gemm_grouped_fp8_rowwise(case: Case) -> torch.Tensor:
+def gemm_grouped_fp8_rowwise(case: Inputs) -> torch.Tensor:
     require_cuda(case["a"], "torch._scaled_grouped_mm")
     out: torch.Tensor = torch._scaled_grouped_mm(
         case["a"],

@@ -35,9 +35,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernelwatch.kernels.adapters import Unavailable
+from kernelwatch.kernels.suite import Inputs
 from kernelwatch.kernels.suites.common import FP8
 
-Case = dict[str, Any]
 _REFUSED = ("No available kernel", "No viable backend")
 
 
@@ -67,7 +67,7 @@ def _sdpa(backend: SDPBackend | None, q: Any, k: Any, v: Any, **kw: Any) -> torc
 # --------------------------------------------------------------------------- dense
 
 
-def prefill(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
+def prefill(case: Inputs, backend: SDPBackend | None = None) -> torch.Tensor:
     q, k, v = (case[n].transpose(1, 2) for n in "qkv")
     sq, sk = q.size(2), k.size(2)
     kw: dict[str, Any] = {"scale": case["scale"]}
@@ -80,7 +80,7 @@ def prefill(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
     return _sdpa(backend, q, k, v, **kw).transpose(1, 2)
 
 
-def prefill_varlen(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
+def prefill_varlen(case: Inputs, backend: SDPBackend | None = None) -> torch.Tensor:
     q, k = case["q"], case["k"]
     if q.size(1) != k.size(1):
         raise Unavailable("torch SDPA on nested tensors has no grouped-query attention")
@@ -101,14 +101,14 @@ def prefill_varlen(case: Case, backend: SDPBackend | None = None) -> torch.Tenso
     return values
 
 
-def prefill_fp8(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
+def prefill_fp8(case: Inputs, backend: SDPBackend | None = None) -> torch.Tensor:
     raise Unavailable("torch SDPA has no FP8 attention")
 
 
 # --------------------------------------------------------------------------- paged
 
 
-def _gather(case: Case, name: str, max_len: int) -> torch.Tensor:
+def _gather(case: Inputs, name: str, max_len: int) -> torch.Tensor:
     """Pages of every sequence as a padded ``[b, kv_heads, max_len, d]`` batch."""
     cache = case[name]
     pages = cache[case["block_table"].long()]  # [b, pages, ps, hk, d] or [b, pages, hk, ps, d]
@@ -119,13 +119,13 @@ def _gather(case: Case, name: str, max_len: int) -> torch.Tensor:
     return dense.transpose(1, 2)
 
 
-def _dequant(case: Case, which: str, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _dequant(case: Inputs, which: str, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if x.dtype == FP8:
         return (x.to(torch.float32) * float(case[f"{which}_scale"])).to(dtype)
     return x
 
 
-def decode_paged(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
+def decode_paged(case: Inputs, backend: SDPBackend | None = None) -> torch.Tensor:
     q = case["q"]
     max_len = max(case["kv_lens"])
     k = _dequant(case, "k", _gather(case, "k_cache", max_len), q.dtype)
@@ -138,7 +138,7 @@ def decode_paged(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
     return out[:, :, 0]
 
 
-def prefill_paged(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
+def prefill_paged(case: Inputs, backend: SDPBackend | None = None) -> torch.Tensor:
     q_lens, kv_lens = case["q_lens"], case["kv_lens"]
     q, dev = case["q"], case["q"].device
     b, max_q, max_k = len(q_lens), max(q_lens), max(kv_lens)
@@ -162,7 +162,7 @@ def prefill_paged(case: Case, backend: SDPBackend | None = None) -> torch.Tensor
     return out.transpose(1, 2)[seq, pos]
 
 
-def decode_mla(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
+def decode_mla(case: Inputs, backend: SDPBackend | None = None) -> torch.Tensor:
     q = torch.cat([case["q_nope"], case["q_pe"]], dim=-1).unsqueeze(2)  # [b, h, 1, 576]
     max_len = max(case["kv_lens"])
     table = case["block_table"].long()
@@ -176,11 +176,11 @@ def decode_mla(case: Case, backend: SDPBackend | None = None) -> torch.Tensor:
     return out[:, :, 0]
 
 
-def bind(backend: SDPBackend) -> dict[str, Callable[[Case], torch.Tensor]]:
+def bind(backend: SDPBackend) -> dict[str, Callable[[Inputs], torch.Tensor]]:
     """The kernels of this module with ``backend`` pinned (for the ``sdpa_*`` modules)."""
 
-    def pin(fn: Callable[[Case, SDPBackend | None], torch.Tensor]) -> Callable[[Case], Any]:
-        def call(case: Case) -> torch.Tensor:
+    def pin(fn: Callable[[Inputs, SDPBackend | None], torch.Tensor]) -> Callable[[Inputs], Any]:
+        def call(case: Inputs) -> torch.Tensor:
             return fn(case, backend)
 
         call.__name__ = fn.__name__

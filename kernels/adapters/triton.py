@@ -10,16 +10,13 @@ reason. The matmul reads strides, so ``w.t()`` needs no copy.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from kernelwatch.kernels.adapters import Unavailable
+from kernelwatch.kernels.suite import Inputs
 
-Case = dict[str, Any]
 
-
-def prefill(case: Case) -> torch.Tensor:
+def prefill(case: Inputs) -> torch.Tensor:
     from kernelwatch.kernels.triton_kernels import attention
 
     q = case["q"]
@@ -39,16 +36,16 @@ def prefill(case: Case) -> torch.Tensor:
     return out
 
 
-def gemm(case: Case) -> torch.Tensor:
+def gemm(case: Inputs) -> torch.Tensor:
     from kernelwatch.kernels.triton_kernels import matmul
 
     out: torch.Tensor = matmul(case["a"], case["w"].t(), case["out"])
     return out
 
 
-def gemm_fp8_rowwise(case: Case) -> torch.Tensor:
+def gemm_fp8_rowwise(case: Inputs) -> torch.Tensor:
     raise Unavailable("kernelwatch's Triton matmul has no FP8 scaled epilogue")
 
 
-def gemm_fp8_tensorwise(case: Case) -> torch.Tensor:
+def gemm_fp8_tensorwise(case: Inputs) -> torch.Tensor:
     raise Unavailable("kernelwatch's Triton matmul has no FP8 scaled epilogue")

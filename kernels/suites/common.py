@@ -172,6 +172,7 @@ def attention_ref(
     causal: bool,
     scale: float,
     dt: torch.dtype,
+    p_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """softmax(q kᵀ · scale) v for one sequence, computed in ``dt``.
 
@@ -180,6 +181,11 @@ def attention_ref(
     FlashAttention does). In a low-precision ``dt`` this is "PyTorch doing the
     same computation in the kernel's dtype": products rounded to ``dt``, softmax
     in float32 then rounded, as in flash-attention's ``attention_ref``.
+    ``p_dtype``: the probabilities are also rounded to it before the PV product,
+    as FA3's FP8 test does for its low-precision reference
+    (``intermediate_dtype=float8_e4m3fn`` in ``hopper/test_flash_attn.py``): an FP8
+    kernel feeds P to its tensor cores in e4m3, and a bound that ignored that
+    would call correct FP8 kernels broken.
     """
     q, k, v = q.to(dt), k.to(dt), v.to(dt)
     sq, h, _ = q.shape
@@ -202,6 +208,8 @@ def attention_ref(
         if keep is not None:
             scores = scores.masked_fill(~keep, float("-inf"))
         p = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0).to(dt)
+        if p_dtype is not None:
+            p = p.to(p_dtype).to(dt)
         out[:, h0:h1] = torch.matmul(p, vh).transpose(0, 1)
     return out
 

@@ -20,6 +20,7 @@ import torch
 from kernelwatch.kernels import flops, grid
 from kernelwatch.kernels.suite import CaseSpec, Inputs
 from kernelwatch.kernels.suites.common import (
+    FP8,
     attention_ref,
     cu_seqlens,
     dtype_name,
@@ -82,7 +83,11 @@ def _dense(kernel: str, p: Params) -> CaseSpec:
 
     def ref(i: Inputs, dt: torch.dtype) -> torch.Tensor:
         q, k, v = (_dequant(i, n, dt) if fp8 else i[n] for n in "qkv")
-        return torch.stack([attention_ref(q[j], k[j], v[j], causal, scale, dt) for j in range(b)])
+        # FP8: the low-precision reference rounds P to e4m3 as the kernel does (FA3's test)
+        pd = FP8 if fp8 and dt not in (torch.float32, torch.float64) else None
+        return torch.stack(
+            [attention_ref(q[j], k[j], v[j], causal, scale, dt, pd) for j in range(b)]
+        )
 
     in_dt = str(p["dtype"])
     return CaseSpec(

@@ -84,7 +84,7 @@ def test_paired_mode_across_two_processes_on_the_gpu() -> None:
     from kernelwatch.kernels.paired import PairedConfig, Side, compare
     from kernelwatch.kernels.spin import iters_for
 
-    factory = "kernelwatch.kernels.benchcases:gemm"
+    factory = "benchmarks.benchcases:gemm"
     params = {"m": 4096, "n": 4096, "k": 4096}
     extra = iters_for(0.05 * 200e-6)  # ~+5 % of a ~0.2 ms GEMM
     a, b = Side("A"), Side("B")

@@ -7,7 +7,7 @@ import pytest
 
 from kernelwatch.kernels.paired import PairedConfig, Side, compare, judge
 
-FACTORY = "kernelwatch.kernels.benchcases:cpu_matmul"
+FACTORY = "benchmarks.benchcases:cpu_matmul"
 
 
 def test_judge_verdicts_from_log_ratios() -> None:

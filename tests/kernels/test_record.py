@@ -2,7 +2,15 @@ import json
 
 import pytest
 
-from kernelwatch.kernels.record import ResultRecord, Timing, canonical_params, case_id
+from kernelwatch.kernels.record import (
+    PairedSection,
+    RecordError,
+    ResultRecord,
+    Timing,
+    canonical_params,
+    case_id,
+    paired_section,
+)
 
 
 def test_case_id_ignores_key_order_and_is_stable() -> None:
@@ -56,3 +64,64 @@ def test_record_round_trip_keeps_samples() -> None:
 def test_unknown_schema_is_refused() -> None:
     with pytest.raises(ValueError, match="schema"):
         ResultRecord.from_dict({"schema": 99})
+
+
+def _minimal(**changes: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "schema": 1,
+        "suite": "basic",
+        "case_id": "abc",
+        "kernel": "softmax",
+        "backend": "triton",
+        "params": {"rows": 1},
+        "status": "pass",
+    }
+    return {**data, **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"schema": 2}, "unsupported result schema 2"),
+        ({"schema": "1"}, "unsupported result schema '1'"),
+        ({"status": "passed"}, "record.status: 'passed' is not one of"),
+        ({"colour": "blue"}, "unknown field 'colour'"),
+        ({"params": [1, 2]}, "record.params: expected an object"),
+        ({"timing": {"unit": "s"}}, "record.timing: missing field 'samples'"),
+        ({"throughput": {"flops": "many"}}, "record.throughput.flops: expected a number"),
+        ({"paired": {"ratio": "1.2"}}, "record.paired.ratio: expected a number"),
+        ({"paired": {"verdict": "regression", "extra": 1}}, "record.paired: unknown field"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_refused_with_the_field_named(
+    changes: dict[str, object], message: str
+) -> None:
+    with pytest.raises(RecordError, match=message.replace("(", r"\(")):
+        ResultRecord.from_dict(_minimal(**changes))
+
+
+def test_a_record_missing_a_field_or_not_an_object_is_refused() -> None:
+    data = _minimal()
+    del data["kernel"]
+    with pytest.raises(RecordError, match="missing field 'kernel'"):
+        ResultRecord.from_dict(data)
+    with pytest.raises(RecordError, match="JSON object"):
+        ResultRecord.from_dict(["schema", 1])
+
+
+def test_the_paired_section_round_trips_and_reads_stored_nulls() -> None:
+    rec = ResultRecord.for_case("basic", "abc", "softmax", "lib", {"rows": 1})
+    assert rec.status == "error" and rec.schema == 1  # nothing ran yet
+    rec.status = "pass"
+    rec.paired = PairedSection(
+        verdict="regression", attempts=2, ratio=1.2, ci_low=1.1, ci_high=1.3, groups=8,
+        group_ratios=[1.2, 1.19], group_pairs=[0, 1], baseline_library={"commit": "b" * 40},
+    )  # fmt: skip
+    back = ResultRecord.from_dict(json.loads(rec.to_json()))
+    assert back == rec and isinstance(back.paired, PairedSection)
+    # as stored: NaN and infinities are null (db.store.json_safe), fields may be absent
+    stored = {"paired": {"verdict": "inconclusive", "ratio": None, "group_ratios": [1.0, None]}}
+    section = paired_section(stored)
+    assert section is not None and section.ratio is None and section.groups is None
+    assert section.group_ratios == [1.0, None]
+    assert paired_section({"status": "pass"}) is None  # measured unpaired

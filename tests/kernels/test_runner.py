@@ -1,6 +1,8 @@
 """The suite runner on the CPU: Triton kernels under the interpreter, real references."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,7 +75,13 @@ def test_wrong_and_raising_kernels_become_fail_and_error_records(
         "0.1",
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # A wrong result fails (1) and wins over the error beside it (design.md exit codes).
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "kernelwatch bench: 2 of 2 cases failed or errored" in proc.stderr
+    summary = proc.stdout.splitlines()  # after the records: a table for people
+    assert summary[0].split()[:2] == ["kernel", "status"]
+    assert "2 cases: 1 fail, 1 error" in summary
+    assert any("ValueError: no rmsnorm here" in line for line in summary)
     by_kernel = {r["kernel"]: r for r in _records(out)}
     assert by_kernel["softmax"]["status"] == "fail"
     assert by_kernel["softmax"]["timing"] is None  # a wrong kernel is never timed
@@ -89,3 +97,53 @@ def test_case_markers_name_each_case_before_it_runs(tmp_path: Path) -> None:
     markers = [ln for ln in proc.stderr.splitlines() if ln.startswith("KW-CASE-START")]
     assert len(markers) == 1
     assert markers[0].split()[1] == _records(out)[0]["case_id"]
+
+
+def test_bench_exits_2_when_a_case_errored_but_the_worker_protocol_stays_0(
+    tmp_path: Path, wrong_impl: str
+) -> None:
+    """``kernelwatch bench`` says a raising kernel is an error; ``python -m
+    kernelwatch.kernels.runner`` (what the worker runs) exits 0 after any case outcome,
+    because the worker reads a non-zero exit as a crash of the runner."""
+    args = ["--impl", wrong_impl, "--kernel", "rmsnorm", "--budget", "0.05"]
+    out = tmp_path / "a.jsonl"
+    proc = run_cli("bench", "--out", str(out), *args, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "1 case: 1 error" in proc.stdout
+    assert [r["status"] for r in _records(out)] == ["error"]
+    raw = tmp_path / "b.jsonl"
+    worker_side = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.kernels.runner", "--out", str(raw), *args],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert worker_side.returncode == 0, worker_side.stderr[-2000:]
+    assert [r["status"] for r in _records(raw)] == ["error"]
+    assert "case:" not in worker_side.stdout  # no table for the worker's log
+
+
+def test_bench_summary_goes_to_stderr_when_records_go_to_stdout() -> None:
+    proc = run_cli("bench", "--out", "-", "--kernel", "softmax", "--budget", "0.05", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]  # only JSON lines
+    assert [r["kernel"] for r in records] == ["softmax"]
+    assert "1 case: 1 pass" in proc.stderr
+
+
+def test_a_cpu_run_pins_torch_to_one_thread_and_says_so(tmp_path: Path) -> None:
+    """Issue 18: torch's default (a thread per core) on a loaded machine made untouched
+    kernels look 100x slower; the runner pins a CPU run and records the count."""
+    out = tmp_path / "r.jsonl"
+    env_cmd = [sys.executable, "-m", "kernelwatch.kernels.runner", "--suite", "basic",
+               "--kernel", "softmax", "--size", "smoke", "--budget", "0.05", "--no-peaks",
+               "--device", "cpu", "--out", str(out)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "KW_CPU_THREADS")}
+    proc = subprocess.run(env_cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recs = _records(out)
+    assert recs and all(r["environment"]["threads"] == 1 for r in recs)
+    out.unlink()
+    proc = subprocess.run(
+        env_cmd, capture_output=True, text=True, timeout=600, env={**env, "KW_CPU_THREADS": "2"}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert all(r["environment"]["threads"] == 2 for r in _records(out))

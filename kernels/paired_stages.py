@@ -1,0 +1,193 @@
+"""The stages of one paired verdict: measure (with its re-measures), then confirm.
+
+``paired_suite.measure_case`` runs stage 1 and, when it would block, an
+independent confirmation; this module is what one stage is. A stage sets every
+side up from one seed (identical inputs on both sides and in every process
+pair), lets the first pair's sides check their result once per role, measures
+until the interval decides or the budget is spent, and re-measures an
+inconclusive case in fresh processes (the process is the unit), pooling the
+groups of its attempts. Its outcome carries both findings (the time interval's
+verdict, with the throttle guard; the accuracy verdict from the two checks) for
+``confirmed`` to combine with a second stage's. Record construction stays in
+``paired_suite``; the rule itself is ``kernels/verdict.py``'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from kernelwatch.kernels.paired import (
+    PairedConfig,
+    PairedResult,
+    Side,
+    compare,
+    judge_reliable,
+)
+from kernelwatch.kernels.record import Correctness, PairedStage
+from kernelwatch.kernels.runner import SEED_SPACE
+from kernelwatch.kernels.verdict import (
+    AccuracyDecision,
+    CaseVerdict,
+    accuracy_verdict,
+    confirm,
+    confirm_accuracy,
+    excluded_effect,
+)
+
+
+class SidePool(Protocol):
+    """The side processes of a comparison (``paired_suite._Sides``)."""
+
+    pairs: int
+
+    def restart(self) -> None: ...
+
+    def pair(self) -> tuple[list[Side], list[Side]]: ...
+
+
+@dataclass
+class Outcome:
+    """One stage: its pooled comparison, and what its checks and telemetry said."""
+
+    result: PairedResult
+    attempts: int
+    timing: CaseVerdict
+    accuracy: AccuracyDecision
+    seed: int
+    reliable: bool
+    throttled_blocks: int
+    baseline: Correctness | None
+    candidate: Correctness | None
+
+    @property
+    def verdict(self) -> CaseVerdict:
+        """Accuracy first (a correctness matter, as ``broken`` is), then time."""
+        if self.accuracy.verdict == CaseVerdict.LESS_ACCURATE:
+            return CaseVerdict.LESS_ACCURATE
+        return self.timing
+
+    def section(self) -> PairedStage:
+        r = self.result
+        return PairedStage(
+            verdict=str(self.verdict),
+            timing_verdict=str(self.timing),
+            accuracy_verdict=str(self.accuracy.verdict),
+            accuracy_growth=dict(self.accuracy.growth),
+            ratio=r.ratio,
+            ci_low=r.ci_low,
+            ci_high=r.ci_high,
+            excluded_effect=excluded_effect(r.ci_low, r.ci_high),
+            groups=r.groups,
+            attempts=self.attempts,
+            seconds=r.seconds,
+            seed=self.seed,
+            reliable=self.reliable,
+            throttled_blocks=self.throttled_blocks,
+            baseline_errors=dict(self.baseline.errors) if self.baseline else {},
+            candidate_errors=dict(self.candidate.errors) if self.candidate else {},
+        )
+
+
+def measure_stage(
+    sides: SidePool,
+    factory: str,
+    params: dict[str, Any],
+    cfg: PairedConfig,
+    retries: int,
+    fresh_sides: bool,
+    seed: int,
+) -> Outcome:
+    """Measure until a verdict, re-measuring an inconclusive case ``retries`` times.
+
+    Every side builds its inputs from ``seed``; only the first pair's sides check
+    their result (once per role: a marginal kernel's flakiness is not multiplied by
+    the number of processes). Every attempt's groups count: a re-measure adds to the
+    evidence instead of replacing it, clustered by the unit ``compare`` names
+    (process pair or placement); only processes kept from the last attempt are the
+    same unit again. One throttled block in any attempt, and the stage can at worst
+    be inconclusive.
+    """
+    budget = cfg.budget_s
+    logs: list[float] = []
+    clusters: list[int] = []
+    reliable, throttled = True, 0
+    side_params = {**params, "seed": seed, "check": False}
+    checked: PairedResult | None = None
+    result: PairedResult | None = None
+    attempts = 0
+    for attempt in range(retries + 1):
+        if attempt and fresh_sides:
+            sides.restart()  # a process's own offset becomes noise across attempts
+        a, b = sides.pair()
+        attempts = attempt + 1
+        result = compare(
+            a, b, factory, side_params, side_params, with_budget(cfg, budget),
+            first_pair={"check": True},
+        )  # fmt: skip
+        checked = checked or result
+        reliable = reliable and result.reliable
+        throttled += result.throttled_blocks
+        logs += [math.log(r) for r in result.group_ratios]
+        same_unit = sides.pairs > 1 and not fresh_sides
+        units = result.clusters or []
+        clusters += [c if same_unit else attempt * 1000 + c for c in units]
+        judged_by = clusters if result.clusters is not None else None
+        ratio, lo, hi, verdict = judge_reliable(logs, cfg, judged_by, reliable)
+        result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
+        result.verdict, result.groups = verdict, len(logs)
+        if result.verdict != CaseVerdict.INCONCLUSIVE:
+            break
+        budget *= 2
+    assert result is not None and checked is not None
+    base, cand = correctness_of(checked.info_a), correctness_of(checked.info_b)
+    accuracy = (
+        accuracy_verdict(base.errors, cand.errors)
+        if base is not None and cand is not None
+        else AccuracyDecision(CaseVerdict.UNCHANGED, {}, "no correctness reported")
+    )
+    return Outcome(
+        result, attempts, CaseVerdict(result.verdict), accuracy, seed, reliable, throttled,
+        base, cand,
+    )  # fmt: skip
+
+
+def confirmed(first: Outcome, second: Outcome) -> CaseVerdict:
+    """The two-stage verdict: a blocking stage-1 finding stands only if stage 2 agrees."""
+    if first.accuracy.verdict == CaseVerdict.LESS_ACCURATE:
+        acc = confirm_accuracy(CaseVerdict.LESS_ACCURATE, second.accuracy.verdict)
+        if acc == CaseVerdict.LESS_ACCURATE:
+            return acc
+    if first.timing == CaseVerdict.REGRESSION:
+        timing = confirm(CaseVerdict.REGRESSION, second.timing)
+        if timing == CaseVerdict.REGRESSION:
+            return timing
+    return CaseVerdict.INCONCLUSIVE
+
+
+def correctness_of(info: dict[str, Any]) -> Correctness | None:
+    """The check a side reported with its set-up (or its ``BrokenCase``), if any."""
+    data = info.get("correctness")
+    return Correctness(**data) if isinstance(data, dict) else None
+
+
+def next_seed(seed: int) -> int:
+    """The confirmation's seed: new inputs, reproducible from stage 1's seed."""
+    new = (seed * 6364136223846793005 + 1442695040888963407) % SEED_SPACE
+    return new if new != seed else (seed + 1) % SEED_SPACE
+
+
+def with_budget(cfg: PairedConfig, budget: float) -> PairedConfig:
+    return PairedConfig(**{**asdict(cfg), "budget_s": budget})
+
+
+__all__ = [
+    "Outcome",
+    "SidePool",
+    "confirmed",
+    "correctness_of",
+    "measure_stage",
+    "next_seed",
+    "with_budget",
+]

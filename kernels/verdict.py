@@ -1,0 +1,401 @@
+"""The verdict vocabulary and THE rule from (ratio, interval, minimum effect) to a verdict.
+
+Every place that says "regression" calls this module: the paired judge
+(``kernels/paired.py``), the run analysis and history (``jobs/judging``), the
+Compare page and the PR comment. So they cannot disagree, and a grep for the
+words finds one definition. Standard library only: this module is installed
+into the environment of the library under test with the rest of ``kernels``.
+
+The rule (``decide``), for a ratio r = candidate / baseline time (> 1: slower)
+with an interval [lo, hi] at ``CONFIDENCE`` and a minimum effect d (1 % by
+default everywhere):
+
+- **regression** when the slowdown is significant *and* may be relevant:
+  lo > 1 + MARGIN·d, hi >= 1 + d, and r >= 1 + POINT·d.
+- **improvement**: the mirror image (on the log scale).
+- **unchanged** when the whole interval lies inside (1/(1+d), 1+d): an
+  equivalence test, so "unchanged" is a finding, not a shrug. A significant
+  change smaller than d is unchanged too, and carries its size and direction
+  in ``Decision.shift`` / ``detail`` (design.md: not a blocking verdict).
+- **inconclusive** otherwise: the interval is too wide to tell.
+
+Why these terms, and not "r >= 1 + d and lo > 1" (the old rule): with the
+point estimate required at the threshold, a true +d is flagged only about
+half the time, whatever the precision. Here the *interval* carries the
+decision:
+
+- lo > 1 + MARGIN·d is the significance test. At CONFIDENCE = 99 % two-sided
+  an A/A case has at most a 0.5 % chance per measurement of passing it; the
+  margin (a quarter of d) keeps offsets smaller than the interval can see (an
+  order effect, a process state the pairs did not sample) from tipping it.
+- hi >= 1 + d: an interval that lies wholly below 1 + d has *excluded* a
+  relevant slowdown; that is "unchanged (+0.6 %)", never a block. It also
+  stops any fixed offset smaller than d from blocking once the interval is
+  tight, whatever the number of cases.
+- r >= 1 + POINT·d (POINT = 0.5): a wide interval whose best estimate is under
+  half the minimum effect is not evidence of a relevant slowdown; it is
+  measured again (inconclusive) instead of blocking.
+
+Power at the threshold: with a true +d and a standard error s of log r, the
+interval's lower bound clears 1 + d/4 with probability Phi((0.75·d - t·s)/s)
+(t the interval's quantile); the point term fails only when r < 1 + d/2,
+probability Phi(-0.5·d/s), which is smaller whenever the lower-bound term has
+any power. So a +1 % is flagged >= 95 % once s <= 0.75 % / (t + 1.645): 0.15 %
+for 8 process pairs (t = 3.50), i.e. a per-pair SD of 0.41 %, about what the
+H200 measured (0.38 %, docs/measurement.md run 11).
+
+Multiplicity (``CONFIDENCE``, ``confirm``): a run of 200 cases must block an
+unchanged PR at most 1 % of the time, 5e-5 per case. One measurement at 99 %
+gives up to 5e-3 per case (one-sided), too much; a 99.99 % interval instead
+would need a t quantile of 7.4 at 8 pairs and lose the power above. The design
+asks for two stages: a case that would block is re-measured with fresh
+processes, independently, and blocks only when the re-measure says regression
+too (``confirm``, to be called by the suite runner with a fresh-process
+re-measure); two independent 0.5 % events give 2.5e-5 per case, 0.5 % per
+200-case PR, while a true +d passes both stages with probability p^2 (0.95^2 =
+0.90 at the bare 95 % point, >= 0.99 a little above it). The simulation in
+``tests/kernels/test_verdict_simulation.py`` measures both rates under the
+two-state process offsets the H200 showed.
+
+A throttled (unreliable) measurement never makes a regression or an
+improvement: at worst it is inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeGuard
+
+
+class CaseVerdict(StrEnum):
+    """What one case's comparison means (the design's per-case vocabulary)."""
+
+    REGRESSION = "regression"
+    LESS_ACCURATE = "less_accurate"
+    BROKEN = "broken"
+    ERROR = "error"
+    INCONCLUSIVE = "inconclusive"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+
+
+class RunVerdict(StrEnum):
+    """What a run means for a merge."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NEUTRAL = "neutral"
+    ERROR = "error"
+
+
+class InconclusivePolicy(StrEnum):
+    """What a run whose worst case stayed inconclusive becomes (``KW_INCONCLUSIVE_POLICY``)."""
+
+    NEUTRAL = "neutral"
+    FAIL = "fail"
+    PASS = "pass"
+
+
+# The default minimum effect (relative) everywhere: service, CLI, deploy examples.
+MIN_EFFECT = 0.01
+# Two-sided level of each measurement's interval (one stage of two, see above).
+CONFIDENCE = 0.99
+# The lower bound must clear 1 + MARGIN * min_effect, the point 1 + POINT * min_effect.
+MARGIN = 0.25
+POINT = 0.5
+
+# Verdicts that fail a merge.
+BLOCKING: frozenset[CaseVerdict] = frozenset(
+    {CaseVerdict.REGRESSION, CaseVerdict.LESS_ACCURATE, CaseVerdict.BROKEN}
+)
+# Verdicts of a case whose time (or accuracy) was compared with the baseline.
+COMPARED: frozenset[CaseVerdict] = frozenset(
+    {
+        CaseVerdict.REGRESSION,
+        CaseVerdict.LESS_ACCURATE,
+        CaseVerdict.IMPROVEMENT,
+        CaseVerdict.UNCHANGED,
+        CaseVerdict.INCONCLUSIVE,
+    }
+)
+# Verdicts of the interval rule alone (what ``decide`` can answer).
+TIMING: frozenset[CaseVerdict] = frozenset(
+    {
+        CaseVerdict.REGRESSION,
+        CaseVerdict.IMPROVEMENT,
+        CaseVerdict.UNCHANGED,
+        CaseVerdict.INCONCLUSIVE,
+    }
+)
+# Cases a person should look at, in the order tables list them (worst first).
+MOVED: tuple[CaseVerdict, ...] = (
+    CaseVerdict.REGRESSION,
+    CaseVerdict.LESS_ACCURATE,
+    CaseVerdict.BROKEN,
+    CaseVerdict.ERROR,
+    CaseVerdict.INCONCLUSIVE,
+    CaseVerdict.IMPROVEMENT,
+)
+# Every word in summary order (counts, tables).
+ORDER: tuple[CaseVerdict, ...] = (*MOVED, CaseVerdict.UNCHANGED)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict with what it was decided from.
+
+    shift: the relative change (r - 1) when the interval excludes 1, else None;
+      an ``unchanged`` case with a shift is a significant change smaller than
+      the minimum effect.
+    detail: one line for people ("+0.4 % (significant, below the 1 % minimum
+      effect)", "a change beyond ±2.1 % is excluded").
+    """
+
+    verdict: CaseVerdict
+    ratio: float
+    low: float
+    high: float
+    min_effect: float
+    shift: float | None = None
+    detail: str = ""
+
+    @property
+    def blocking(self) -> bool:
+        return self.verdict in BLOCKING
+
+
+def decide(
+    ratio: float,
+    low: float,
+    high: float,
+    min_effect: float = MIN_EFFECT,
+    *,
+    reliable: bool = True,
+) -> Decision:
+    """The verdict of ratio ``ratio`` with interval [``low``, ``high``] (see the module)."""
+    if not (_positive(ratio) and _positive(low) and _positive(high)) or not low <= high:
+        return Decision(CaseVerdict.INCONCLUSIVE, ratio, low, high, min_effect, None, "no interval")
+    if min_effect <= 0:
+        raise ValueError(f"min_effect must be positive, got {min_effect}")
+    up = 1 + min_effect
+    # Improvements mirror regressions on the log scale: 1/(1+d) is "d faster".
+    if low > 1 + MARGIN * min_effect and high >= up and ratio >= 1 + POINT * min_effect:
+        verdict = CaseVerdict.REGRESSION
+    elif (
+        high < 1 / (1 + MARGIN * min_effect)
+        and low <= 1 / up
+        and ratio <= 1 / (1 + POINT * min_effect)
+    ):
+        verdict = CaseVerdict.IMPROVEMENT
+    elif 1 / up < low and high < up:
+        verdict = CaseVerdict.UNCHANGED
+    else:
+        verdict = CaseVerdict.INCONCLUSIVE
+    shift = ratio - 1 if (low > 1 or high < 1) else None
+    if not reliable and verdict in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT):
+        return Decision(
+            CaseVerdict.INCONCLUSIVE,
+            ratio,
+            low,
+            high,
+            min_effect,
+            shift,
+            "measured on a throttled GPU: never a regression",
+        )
+    return Decision(
+        verdict, ratio, low, high, min_effect, shift, _detail(verdict, ratio, low, high, min_effect)
+    )
+
+
+def case_verdict(
+    ratio: float, low: float, high: float, min_effect: float = MIN_EFFECT, *, reliable: bool = True
+) -> CaseVerdict:
+    """``decide(...).verdict``."""
+    return decide(ratio, low, high, min_effect, reliable=reliable).verdict
+
+
+def confirm(first: CaseVerdict, second: CaseVerdict) -> CaseVerdict:
+    """Two-stage verdict: a timing change stands only if an independent re-measure agrees.
+
+    ``second`` must come from fresh processes, judged on its own groups only
+    (pooled with the first it would not be independent). A disagreement is
+    ``inconclusive``: one of the two measurements was wrong, and which one is
+    not known. Verdicts that are not timing changes pass through.
+    """
+    if first not in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT):
+        return first
+    return first if second == first else CaseVerdict.INCONCLUSIVE
+
+
+def run_verdict(
+    verdicts: Iterable[CaseVerdict | str | None],
+    policy: InconclusivePolicy | str = InconclusivePolicy.NEUTRAL,
+) -> RunVerdict:
+    """A run's verdict from its cases' (``None``: no verdict, e.g. skipped or new).
+
+    An error anywhere makes the run ``error``; else any blocking case fails it;
+    else an inconclusive case makes it what ``policy`` says (neutral by default:
+    never green by accident); else it passes.
+    """
+    seen = {CaseVerdict(v) for v in verdicts if v is not None}
+    if CaseVerdict.ERROR in seen:
+        return RunVerdict.ERROR
+    if seen & BLOCKING:
+        return RunVerdict.FAIL
+    if CaseVerdict.INCONCLUSIVE in seen:
+        return RunVerdict(InconclusivePolicy(policy).value)
+    return RunVerdict.PASS
+
+
+def is_verdict(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is one of the case-verdict words."""
+    return isinstance(value, str) and value in CaseVerdict.__members__.values()
+
+
+# --------------------------------------------------------------------------- accuracy
+#
+# ``less_accurate`` (design.md): correct within the absolute bound, but the error
+# against the reference grew beyond a margin over the baseline's error on
+# identical inputs. Paired mode checks both sides once with the same seed, so the
+# two errors differ only by what the libraries compute; for identical libraries
+# they are equal. Why a margin of 1.5 on rel-L2 *or* max-abs: the absolute bound
+# (``correctness.check``) allows 2-4x PyTorch's own low-precision error, so a
+# kernel that was at 1x can lose more than half its accuracy and still pass it
+# (on the H200 a split-K fork accumulating in bf16 went from rel-L2 0.00166 to
+# 0.00403, 2.4x, against a bound of 0.0072). A deterministic kernel repeats its
+# error exactly on the same inputs, so 1.5x is far outside any re-run's spread;
+# max-abs catches a slip confined to a few outputs that rel-L2 averages away.
+# Why a noise floor: errors far below the output's resolution (a float32 kernel
+# at 1e-7) may triple by reordering a sum and mean nothing; an error under
+# ACCURACY_NOISE units of the output dtype's roundoff counts as that floor.
+
+# A candidate's error may grow by this factor over the baseline's.
+ACCURACY_MARGIN = 1.5
+# Errors below this many unit roundoffs of the output dtype are not told apart.
+ACCURACY_NOISE = 0.1
+# The error measures compared (``correctness.check``'s ``errors`` keys).
+ACCURACY_MEASURES: tuple[str, ...] = ("rel_l2", "max_abs")
+
+
+@dataclass(frozen=True)
+class AccuracyDecision:
+    """Whether the candidate lost accuracy against the baseline, and by how much.
+
+    growth: candidate error / max(baseline error, noise floor), per measure.
+    """
+
+    verdict: CaseVerdict  # LESS_ACCURATE or UNCHANGED
+    growth: dict[str, float]
+    detail: str = ""
+
+    @property
+    def blocking(self) -> bool:
+        return self.verdict in BLOCKING
+
+
+def accuracy_verdict(
+    baseline: Mapping[str, float],
+    candidate: Mapping[str, float],
+    margin: float = ACCURACY_MARGIN,
+) -> AccuracyDecision:
+    """``less_accurate`` when a candidate error exceeds ``margin`` x the baseline's.
+
+    ``baseline``/``candidate``: the ``errors`` of each side's check on the same
+    inputs (``rel_l2``, ``max_abs``, ``output_roundoff``, ``ref_max_abs``). The
+    noise floor of rel-L2 is ``ACCURACY_NOISE * output_roundoff``, of max-abs the
+    same times ``ref_max_abs``. Records without the scale keys (older runs) are
+    never called less accurate: there is no floor to compare at.
+    """
+    roundoff = candidate.get("output_roundoff", baseline.get("output_roundoff"))
+    if not roundoff or not math.isfinite(roundoff):
+        return AccuracyDecision(CaseVerdict.UNCHANGED, {}, "no error scale recorded")
+    scale = {"rel_l2": 1.0, "max_abs": float(baseline.get("ref_max_abs", 0.0))}
+    growth: dict[str, float] = {}
+    for name in ACCURACY_MEASURES:
+        if name not in baseline or name not in candidate:
+            continue
+        floor = ACCURACY_NOISE * roundoff * scale.get(name, 1.0)
+        base = max(float(baseline[name]), floor)
+        if base > 0:
+            growth[name] = float(candidate[name]) / base
+    worse = {k: g for k, g in growth.items() if g > margin}
+    if not worse:
+        return AccuracyDecision(CaseVerdict.UNCHANGED, growth, "")
+    detail = ", ".join(
+        f"{k} {candidate[k]:.3g} vs {baseline[k]:.3g} ({g:.2f}x)" for k, g in worse.items()
+    )
+    return AccuracyDecision(
+        CaseVerdict.LESS_ACCURATE, growth, f"error grew beyond {margin:g}x: {detail}"
+    )
+
+
+def confirm_accuracy(first: CaseVerdict, second: CaseVerdict) -> CaseVerdict:
+    """``confirm`` for accuracy: ``less_accurate`` stands only if the re-check agrees.
+
+    The re-check runs in fresh processes on new inputs (a new seed, the same on
+    both sides); a disagreement is ``inconclusive``. Other verdicts pass through.
+    """
+    if first != CaseVerdict.LESS_ACCURATE:
+        return first
+    return first if second == first else CaseVerdict.INCONCLUSIVE
+
+
+def excluded_effect(low: float, high: float) -> float | None:
+    """The relative change an interval has excluded: beyond ±this it is ruled out.
+
+    What an inconclusive case reports (``+0.4 %; a change beyond ±2.1 % is
+    excluded``); None without a finite positive interval.
+    """
+    if not (_positive(low) and _positive(high)) or low > high:
+        return None
+    return max(high - 1, 1 / low - 1, 0.0)
+
+
+def _detail(verdict: CaseVerdict, ratio: float, low: float, high: float, d: float) -> str:
+    pct = (ratio - 1) * 100
+    if verdict in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT):
+        return f"{pct:+.1f} % (interval {low:.3f}–{high:.3f})"
+    if verdict == CaseVerdict.UNCHANGED and (low > 1 or high < 1):
+        return f"{pct:+.1f} % (significant, below the {d * 100:g} % minimum effect)"
+    if verdict == CaseVerdict.UNCHANGED:
+        return f"within ±{d * 100:g} %"
+    excluded = excluded_effect(low, high)
+    if excluded is None:
+        return "no interval"
+    return f"{pct:+.1f} %; a change beyond ±{excluded * 100:.1f} % is excluded"
+
+
+def _positive(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+__all__ = [
+    "ACCURACY_MARGIN",
+    "ACCURACY_MEASURES",
+    "ACCURACY_NOISE",
+    "AccuracyDecision",
+    "accuracy_verdict",
+    "confirm_accuracy",
+    "excluded_effect",
+    "BLOCKING",
+    "COMPARED",
+    "CONFIDENCE",
+    "MARGIN",
+    "MIN_EFFECT",
+    "MOVED",
+    "ORDER",
+    "POINT",
+    "TIMING",
+    "CaseVerdict",
+    "Decision",
+    "InconclusivePolicy",
+    "RunVerdict",
+    "case_verdict",
+    "confirm",
+    "decide",
+    "is_verdict",
+    "run_verdict",
+]

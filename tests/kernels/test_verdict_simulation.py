@@ -1,0 +1,151 @@
+"""The verdict rule under simulated paired measurements: false blocks per case and per PR, power.
+
+The model is the one the H200 measured (docs/measurement.md, runs 8 and 11): each side
+process sits in one of two states, ``+x`` or ``-x`` on the log scale, for its whole
+life (x = 0.3 %: pair means at -0.6 / 0 / +0.6 % as in run 11; x = 0.55 %: twice the
+pair SD, the worst case the issue names); within a pair every group's log-ratio adds
+noise of SD 0.3 % (a GEMM group on the H200, run 3). A measurement is what
+``kernels/paired.compare`` and ``kernels/paired_suite.measure_case`` do: 8 fresh pairs,
+one group per pair per round, ``judge`` after every round until a verdict or the budget
+(6 rounds); an inconclusive case is measured again with fresh pairs and twice the budget,
+up to 2 times, every attempt's pairs judged together. A case blocks when a second,
+independent measurement of the same kind confirms its regression (``verdict.confirm``),
+so its two-stage probability is the one-stage probability squared.
+
+The intervals are computed with numpy for all trials at once, checked against
+``kernels.paired.judge`` on a sample, and every verdict is ``kernels.verdict.decide``'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kernelwatch.kernels.paired import PairedConfig, judge
+from kernelwatch.kernels.stats import t_quantile
+from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, confirm, decide
+
+PAIRS = 8
+GROUP_SD = 0.003
+ROUNDS = 6  # rounds of one group per pair within the first attempt's budget
+RETRIES = 2
+TRIALS = 8000
+CASES_PER_PR = (50, 200)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    regression: float  # one-stage probability of a regression verdict
+    inconclusive: float  # left inconclusive after every re-measure (a neutral run)
+    trials: int
+
+    @property
+    def confirmed(self) -> float:
+        """Two stages, independent and alike: a block needs both to say regression."""
+        return self.regression**2
+
+    @property
+    def confirmed_bound(self) -> float:
+        """An upper bound of ``confirmed`` (one-stage count + 3, the 95 % Poisson bound at 0)."""
+        return ((self.regression * self.trials + 3) / self.trials) ** 2
+
+
+def _measure(rng: np.random.Generator, effect: float, x: float, n: int) -> Outcome:
+    """n simulated cases of one condition through the gate's protocol (see the module)."""
+    shift = math.log1p(effect)
+    verdict = np.full(n, "", dtype=object)
+    undecided = np.arange(n)
+    pooled: list[np.ndarray] = []  # pair means of finished attempts, (n, pairs) each
+    for attempt in range(RETRIES + 1):
+        states = rng.choice([-x, x], size=(n, 2, PAIRS))
+        offset = shift + states[:, 1] - states[:, 0]
+        rounds = ROUNDS * 2**attempt
+        noise = rng.standard_normal((n, PAIRS, rounds)) * GROUP_SD
+        running = np.cumsum(noise, axis=2) / np.arange(1, rounds + 1)
+        for k in range(rounds):
+            if not undecided.size:
+                break
+            means = np.concatenate(
+                [p[undecided] for p in pooled] + [offset[undecided] + running[undecided, :, k]],
+                axis=1,
+            )
+            ratio, lo, hi = _interval(means)
+            still = []
+            for j, case in enumerate(undecided):
+                v = decide(ratio[j], lo[j], hi[j], MIN_EFFECT).verdict
+                if v == CaseVerdict.INCONCLUSIVE:
+                    still.append(case)
+                else:
+                    verdict[case] = v
+            undecided = np.asarray(still, dtype=int)
+        pooled.append(offset + running[:, :, -1])
+    verdict[undecided] = CaseVerdict.INCONCLUSIVE
+    return Outcome(
+        regression=float(np.mean(verdict == CaseVerdict.REGRESSION)),
+        inconclusive=float(np.mean(verdict == CaseVerdict.INCONCLUSIVE)),
+        trials=n,
+    )
+
+
+def _interval(means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``judge``'s interval over the pair means of each row, vectorised."""
+    m = means.shape[1]
+    mean = means.mean(axis=1)
+    half = t_quantile(CONFIDENCE, m - 1) * means.std(axis=1, ddof=1) / math.sqrt(m)
+    return np.exp(mean), np.exp(mean - half), np.exp(mean + half)
+
+
+def test_the_vectorised_interval_is_judges() -> None:
+    rng = np.random.default_rng(3)
+    cfg = PairedConfig()
+    for _ in range(50):
+        rounds = int(rng.integers(1, 4))
+        logs = list(rng.normal(0.004, 0.004, PAIRS * rounds))
+        pairs = [g % PAIRS for g in range(len(logs))]
+        ratio, lo, hi, v = judge(logs, cfg, pairs)
+        means = np.asarray([[np.mean(logs[p::PAIRS]) for p in range(PAIRS)]])
+        r2, lo2, hi2 = (float(a[0]) for a in _interval(means))
+        assert (ratio, lo, hi) == pytest.approx((r2, lo2, hi2), rel=1e-12)
+        assert v == decide(r2, lo2, hi2, cfg.min_effect).verdict
+
+
+def test_false_blocks_and_power_of_the_rule() -> None:
+    rng = np.random.default_rng(20261201)
+    table: dict[tuple[float, float], Outcome] = {}
+    for x in (0.003, 0.0055):
+        for effect in (0.0, 0.005, 0.01, 0.02):
+            table[x, effect] = _measure(rng, effect, x, TRIALS)
+    print()
+    print(f"minimum effect {MIN_EFFECT:.0%}, {PAIRS} pairs, {CONFIDENCE:.0%} per stage")
+    print("offset  effect  1-stage reg  2-stage reg  PR50 blk  PR200 blk inconclusive")
+    for (x, effect), o in table.items():
+        pr = [1 - (1 - o.confirmed) ** n for n in CASES_PER_PR]
+        print(
+            f"±{x:.2%}  {effect:+.1%}   {o.regression:10.2e}  {o.confirmed:10.2e}  "
+            f"{pr[0]:.2e}  {pr[1]:.2e}  {o.inconclusive:.3f}"
+        )
+    for x in (0.003, 0.0055):
+        aa = table[x, 0.0]
+        # A/A: at most 5e-5 per case, so at most 1 % of 200-case PRs blocked.
+        assert aa.confirmed_bound <= 5e-5, aa
+        assert 1 - (1 - aa.confirmed_bound) ** 200 <= 0.01
+        assert aa.inconclusive <= 0.02, aa  # unchanged PRs end green, not neutral
+        assert table[x, 0.02].confirmed >= 0.99  # +2 %: caught
+    # +1 % with the offsets run 11 measured: caught >= 95 % after confirmation.
+    assert table[0.003, 0.01].confirmed >= 0.95
+    # With offsets of ±0.55 % the pair SD is 0.78 %: 8 pairs cannot reach 95 % at +1 %
+    # (the issue's target is missed there; what limits it is the pair count).
+    assert table[0.0055, 0.01].confirmed >= 0.85
+    # Without the second stage the ±0.55 % offsets would block too many PRs: why confirm.
+    assert 1 - (1 - table[0.0055, 0.0].regression) ** 200 > 0.01
+
+
+def test_confirmation_needs_two_regressions() -> None:
+    r, u, i = CaseVerdict.REGRESSION, CaseVerdict.UNCHANGED, CaseVerdict.INCONCLUSIVE
+    assert confirm(r, r) == r
+    assert confirm(r, u) == i and confirm(r, i) == i
+    assert confirm(u, r) == u  # only a would-be block is re-measured
+    assert confirm(CaseVerdict.BROKEN, u) == CaseVerdict.BROKEN
