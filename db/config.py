@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, InconclusivePolicy
+
 
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -48,9 +50,16 @@ class Settings(BaseSettings):
     db_patience_s: float | None = None
     # Server-side git submodule mirrors for offline GPU hosts ("orig=mirror,...").
     submodule_mirrors: str = ""
-    # Default regression threshold (relative slowdown) and confidence.
-    regression_threshold: float = 0.05
-    confidence: float = 0.99
+    # Default minimum effect (relative, 1 %), the confidence of one measurement's interval,
+    # and what an inconclusive case makes of its run: the rule's own defaults
+    # (kernelwatch.kernels.verdict), so service, CLI and deploy examples agree.
+    regression_threshold: float = MIN_EFFECT
+    confidence: float = CONFIDENCE
+    inconclusive_policy: InconclusivePolicy = InconclusivePolicy.NEUTRAL
+    # CPU timings prove the plumbing only (design.md): a CPU run's timing verdicts are shown
+    # ("slower on CPU (plumbing only)") but do not make its run fail or neutral unless this
+    # is set; correctness (broken, less_accurate) and errors gate on the CPU as anywhere.
+    cpu_timing_gates: bool = False
 
     @field_validator("database_url", "broker_url")
     @classmethod
@@ -66,7 +75,7 @@ class Settings(BaseSettings):
     @classmethod
     def _positive(cls, value: float) -> float:
         if not 0 < value < 10:
-            raise ValueError("must be a positive fraction, e.g. 0.05 for 5 %")
+            raise ValueError("must be a positive fraction, e.g. 0.01 for 1 %")
         return value
 
     @property

@@ -13,6 +13,10 @@ finished run's verdict must go (a commit status per GPU class, one PR comment).
   ``baseline`` runs are measured for comparison only), ``done`` once reported final.
 - :class:`CommitStatus`: the last status sent per (repository, commit, context), so an
   unchanged state is not sent again.
+- :class:`Approval`: the signed ``labeled`` delivery that approved a fork's head
+  commit, kept byte for byte with its ``X-Hub-Signature-256``. Approval is decided by
+  re-verifying that signature (code that can write rows cannot sign), never by a
+  field of this or any other row (see docs/github.md).
 
 Functions take an explicit session and never commit: the caller owns the transaction.
 """
@@ -21,11 +25,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kernelwatch.db.models import Base
-from kernelwatch.db.types import JSONType, datetime_now, int_pk, long_text, utcnow
+from kernelwatch.db.types import JSONType, datetime_now, datetime_opt, int_pk, long_text, utcnow
 
 LINK_ROLES = ("candidate", "baseline")
 STATUS_STATES = ("pending", "success", "failure", "error")
@@ -66,7 +79,10 @@ class PullRequest(Base):
     fork: Mapped[bool] = mapped_column(Boolean, default=False)
     author: Mapped[str] = mapped_column(String(255), default="")
     state: Mapped[str] = mapped_column(String(16), default="open")
-    # A fork's code runs only for the head commit a maintainer approved.
+    # ``pull_request.updated_at`` of the event that last moved the head: an older
+    # delivery arriving late cannot move it back.
+    head_event_at: Mapped[datetime_opt]
+    # Shown to people only; approval is decided from Approval rows' signatures.
     approved_sha: Mapped[str | None] = mapped_column(String(64))
     approved_by: Mapped[str | None] = mapped_column(String(255))
     # GitHub comment ids outgrow 32 bits.
@@ -111,8 +127,30 @@ class CommitStatus(Base):
     sent: Mapped[datetime_now] = mapped_column(onupdate=utcnow)
 
 
+class Approval(Base):
+    """A signed ``labeled`` delivery that approved one head commit of a fork's PR.
+
+    ``body`` and ``signature`` are what GitHub sent; the other columns only find the
+    row. Whoever reads an approval re-verifies the signature and the body's fields.
+    """
+
+    __tablename__ = "github_approvals"
+    __table_args__ = (Index("ix_github_approvals_pr", "full_name", "number", "sha"),)
+
+    id: Mapped[int_pk]
+    delivery_id: Mapped[str] = mapped_column(String(64), unique=True)
+    full_name: Mapped[str] = mapped_column(String(255))
+    number: Mapped[int] = mapped_column(Integer)
+    sha: Mapped[str] = mapped_column(String(64))
+    approved_by: Mapped[str] = mapped_column(String(255))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    signature: Mapped[str] = mapped_column(String(80))
+    received: Mapped[datetime_now]
+
+
 __all__ = [
     "LINK_ROLES",
+    "Approval",
     "STATUS_STATES",
     "CommitStatus",
     "PullRequest",

@@ -9,6 +9,7 @@ with confidence, or broke.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,8 +23,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 
+from kernelwatch.db.run_options import RunOptions, RunOptionsType
 from kernelwatch.db.types import (
     JSONType,
     datetime_now,
@@ -34,11 +36,13 @@ from kernelwatch.db.types import (
     sha,
     short_text,
 )
+from kernelwatch.kernels.verdict import CaseVerdict, RunVerdict
 
 RUN_STATES = ("queued", "running", "succeeded", "failed", "error", "cancelled")
 FINAL_STATES = ("succeeded", "failed", "error", "cancelled")
-CASE_VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "broken", "error")
-RUN_VERDICTS = ("pass", "fail", "error")
+# The words are defined once, in the rule's module; the database stores what it defines.
+CASE_VERDICTS = tuple(v.value for v in CaseVerdict)
+RUN_VERDICTS = tuple(v.value for v in RunVerdict)
 
 
 class Base(DeclarativeBase):
@@ -100,7 +104,7 @@ class Run(Base):
     status: queued → running → succeeded | failed | error (| cancelled).
     ``failed`` means the job ran but the library could not be built or installed;
     ``error`` means kernelwatch could not do the job (bad source, missing commit).
-    verdict: pass | fail | error once analysed against the baseline.
+    verdict: pass | fail | neutral | error once analysed (``kernels/verdict.py``).
     """
 
     __tablename__ = "runs"
@@ -126,7 +130,8 @@ class Run(Base):
     queue: Mapped[str] = mapped_column(String(64), default="cpu")
     worker: Mapped[str | None] = mapped_column(String(255))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    options: Mapped[json_dict]
+    # what the run was asked to do and noted on the way (db/run_options.py); JSON column
+    options: Mapped[RunOptions] = mapped_column(RunOptionsType, default=RunOptions)
     created: Mapped[datetime_now]
     started: Mapped[datetime_opt]
     finished: Mapped[datetime_opt]
@@ -137,9 +142,18 @@ class Run(Base):
     commit: Mapped[Commit | None] = relationship()
     results: Mapped[list[Result]] = relationship(back_populates="run", cascade="all, delete-orphan")
 
+    @validates("options")
+    def _typed_options(self, _key: str, value: RunOptions | Mapping[str, Any]) -> RunOptions:
+        """Whatever is assigned is checked here: an unknown key fails at its writer."""
+        return RunOptions.parse(value)
+
 
 class Case(Base):
-    """A case: kernel + backend + canonical params, identified by their stable hash."""
+    """The stored row of a case id: kernel + backend + canonical params, by their stable hash.
+
+    Not ``kernels.suite.CaseSpec`` (a case of a suite, with the callables that run
+    it); its ``params`` are a ``kernels.record.CaseParams``.
+    """
 
     __tablename__ = "cases"
 

@@ -1,11 +1,14 @@
 """Data access used by several parts: get-or-create rows, idempotent result writes.
 
 Functions take an explicit session and never commit: the caller owns the
-transaction.
+transaction. Result records arrive typed (``kernels/record.py:ResultRecord``,
+validated by whoever read them off the wire) and are stored whole in
+``results.record`` beside the columns that queries need.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
 from datetime import datetime
@@ -15,15 +18,28 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, CommitParent, Repository, Result, Run
+from kernelwatch.kernels.record import SCHEMA_VERSION, ResultRecord
+
+
+def source_suffix(source: str) -> str:
+    """Four digits from sha256 of ``source``: the same in every process.
+
+    Python's ``hash()`` of a string is salted per process, so a second demo (a new
+    process, the same throwaway path) used to find the name taken by its own
+    earlier repository under another suffix and create ``tinykern-7847`` next to
+    ``tinykern-0312``.
+    """
+    return f"{int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) % 10_000:04d}"
 
 
 def get_or_create_repository(session: Session, name: str, source: str) -> Repository:
+    """The repository of ``source``; a name another source holds gets a stable suffix."""
     repo = session.scalars(select(Repository).where(Repository.source == source)).first()
     if repo is not None:
         return repo
     taken = session.scalars(select(Repository).where(Repository.name == name)).first()
     if taken is not None:
-        name = f"{name}-{abs(hash(source)) % 10_000:04d}"
+        name = f"{name}-{source_suffix(source)}"
     repo = Repository(name=name, source=source)
     session.add(repo)
     session.flush()
@@ -38,20 +54,37 @@ def upsert_commit(
     message: str = "",
     author: str = "",
     committed_at: datetime | None = None,
+    *,
+    generation: int | None = None,
 ) -> Commit:
+    """The commit row of ``sha``, created if new.
+
+    ``Commit.sequence`` orders a repository's commits on the x axis of trends and for
+    change-point detection. ``generation`` is the commit's first-parent depth from git
+    (``git rev-list --count --first-parent``): the planner passes it, so the order is
+    git's whatever order commits are planned in (a target before its baseline), and a
+    row stored earlier with an insertion number is corrected. Without it (released
+    versions, imports) the commit goes after the newest one stored, as given.
+    """
     commit = session.scalars(
         select(Commit).where(Commit.repository_id == repo.id, Commit.sha == sha)
     ).first()
     if commit is not None:
+        if generation is not None and commit.sequence != generation:
+            commit.sequence = generation
         return commit
-    seq = session.scalar(select(func.max(Commit.sequence)).where(Commit.repository_id == repo.id))
+    if generation is None:
+        seq = session.scalar(
+            select(func.max(Commit.sequence)).where(Commit.repository_id == repo.id)
+        )
+        generation = (seq or 0) + 1
     commit = Commit(
         repository_id=repo.id,
         sha=sha,
         message=message,
         author=author,
         committed_at=committed_at,
-        sequence=(seq or 0) + 1,
+        sequence=generation,
         parents=[CommitParent(position=i, parent_sha=p) for i, p in enumerate(parents)],
     )
     session.add(commit)
@@ -59,17 +92,16 @@ def upsert_commit(
     return commit
 
 
-def get_or_create_case(session: Session, record: dict[str, Any]) -> Case:
-    case = session.get(Case, record["case_id"])
+def get_or_create_case(session: Session, record: ResultRecord) -> Case:
+    case = session.get(Case, record.case_id)
     if case is None:
-        params = record.get("params", {})
-        label = ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+        label = ", ".join(f"{k}={v}" for k, v in sorted(record.params.items()))
         case = Case(
-            id=record["case_id"],
-            suite=record["suite"],
-            kernel=record["kernel"],
-            backend=record["backend"],
-            params=params,
+            id=record.case_id,
+            suite=record.suite,
+            kernel=record.kernel,
+            backend=record.backend,
+            params=json_safe(record.params),
             label=label,
         )
         session.add(case)
@@ -93,41 +125,46 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def store_record(session: Session, run: Run, record: dict[str, Any]) -> Result | None:
+def store_record(session: Session, run: Run, record: ResultRecord) -> Result | None:
     """Store one result record; a case already stored for this run is left as is.
 
     Returns the new row, or None when the record was a duplicate (re-delivery).
+    A record of another schema is refused (``ValueError``): the columns below are
+    this schema's reading of it.
     """
-    record = json_safe(record)
+    if record.schema != SCHEMA_VERSION:
+        raise ValueError(f"unsupported result schema {record.schema!r}; not stored")
     get_or_create_case(session, record)
     exists = session.scalar(
-        select(Result.id).where(Result.run_id == run.id, Result.case_id == record["case_id"])
+        select(Result.id).where(Result.run_id == run.id, Result.case_id == record.case_id)
     )
     if exists is not None:
         return None
-    timing = record.get("timing") or {}
-    thr = record.get("throughput") or {}
-    device = record.get("device") or {}
+    timing, thr = record.timing, record.throughput
     result = Result(
         run_id=run.id,
-        case_id=record["case_id"],
-        status=record["status"],
-        median_s=timing.get("median"),
-        ci_low_s=timing.get("ci_low"),
-        ci_high_s=timing.get("ci_high"),
-        n_samples=int(timing.get("n", 0)),
-        samples=list(timing.get("samples", [])),
-        tflops=thr.get("tflops"),
-        gbps=thr.get("gbps"),
-        reliable=bool(device.get("reliable", True)),
-        device_name=str(device.get("name", "")),
-        error=record.get("error", "") or "",
-        log_tail=record.get("log_tail", "") or "",
-        record=record,
+        case_id=record.case_id,
+        status=record.status,
+        median_s=_finite(timing.median) if timing else None,
+        ci_low_s=_finite(timing.ci_low) if timing else None,
+        ci_high_s=_finite(timing.ci_high) if timing else None,
+        n_samples=timing.n if timing else 0,
+        samples=json_safe(list(timing.samples)) if timing else [],
+        tflops=_finite(thr.tflops) if thr else None,
+        gbps=_finite(thr.gbps) if thr else None,
+        reliable=bool(record.device.get("reliable", True)),
+        device_name=str(record.device.get("name", "")),
+        error=record.error,
+        log_tail=record.log_tail,
+        record=json_safe(record.to_dict()),
     )
     session.add(result)
     session.flush()
     return result
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def stored_case_ids(session: Session, run_id: int) -> set[str]:

@@ -3,7 +3,13 @@
 from alembic import context
 from sqlalchemy import pool
 
-from kernelwatch.db import fleet, github, triage  # noqa: F401  (tables outside models.py)
+from kernelwatch.db import (  # noqa: F401  (tables outside models.py)
+    bisect,
+    fleet,
+    github,
+    outbox,
+    triage,
+)
 from kernelwatch.db.models import Base
 from kernelwatch.db.session import make_engine
 

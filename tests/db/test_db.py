@@ -1,5 +1,9 @@
 """Models, migrations and idempotent writes on SQLite and on PostgreSQL."""
 
+import subprocess
+import sys
+
+import pytest
 from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 
@@ -8,13 +12,19 @@ from kernelwatch.db.session import engine_for
 from kernelwatch.db.store import (
     get_or_create_repository,
     latest_run_for,
+    source_suffix,
     store_record,
     stored_case_ids,
     upsert_commit,
 )
+from kernelwatch.kernels.record import ResultRecord
 
 
-def _record(case: str = "c1", status: str = "pass") -> dict:
+def _record(case: str = "c1", status: str = "pass") -> ResultRecord:
+    return ResultRecord.from_dict(_record_dict(case, status))
+
+
+def _record_dict(case: str = "c1", status: str = "pass") -> dict:
     return {
         "schema": 1,
         "suite": "basic",
@@ -24,13 +34,18 @@ def _record(case: str = "c1", status: str = "pass") -> dict:
         "params": {"rows": 4, "dtype": "float16"},
         "status": status,
         "timing": {
+            "unit": "s",
+            "cold_l2": True,
+            "cuda_graph": False,
+            "stop_reason": "budget",
+            "timer": "host_cpu",
             "median": 2e-3,
             "ci_low": 1.9e-3,
             "ci_high": 2.1e-3,
             "n": 3,
             "samples": [1.9e-3, 2e-3, 2.1e-3],
         },
-        "throughput": {"tflops": 1.5, "gbps": 300.0},
+        "throughput": {"flops": 1e9, "bytes": 1e6, "tflops": 1.5, "gbps": 300.0},
         "device": {"name": "cpu", "reliable": True},
         "error": "",
     }
@@ -106,7 +121,10 @@ def test_migrations_match_the_models(db_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
+    import kernelwatch.db.bisect
     import kernelwatch.db.fleet
+    import kernelwatch.db.github
+    import kernelwatch.db.outbox
     import kernelwatch.db.triage  # noqa: F401
     from kernelwatch.db.models import Base
 
@@ -124,13 +142,54 @@ def test_a_nan_in_a_record_is_stored_as_null_not_lost(session: Session) -> None:
     session.add(run)
     session.flush()
     record = {
-        **_record("nan", "fail"),
+        **_record_dict("nan", "fail"),
         "correctness": {"errors": {"rel_l2": float("nan")}, "bound": 1e-3, "passed": False},
         "paired": {"ratio": float("inf"), "group_ratios": [1.0, float("nan")]},
     }
-    assert store_record(session, run, record) is not None
+    assert store_record(session, run, ResultRecord.from_dict(record)) is not None
     session.commit()
     row = session.scalars(select(Result).where(Result.case_id == "nan")).one()
     assert row.status == "fail"
     assert row.record["correctness"]["errors"]["rel_l2"] is None
-    assert row.record["paired"] == {"ratio": None, "group_ratios": [1.0, None]}
+    # the stored section is the whole typed one (kernels/record.py:PairedSection)
+    paired = row.record["paired"]
+    assert {k: paired[k] for k in ("ratio", "group_ratios")} == {
+        "ratio": None,
+        "group_ratios": [1.0, None],
+    }
+
+
+def test_a_record_of_another_schema_is_not_stored(session: Session) -> None:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, "d" * 40, [])
+    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+    session.add(run)
+    session.flush()
+    record = _record("future")
+    record.schema = 2
+    with pytest.raises(ValueError, match="schema 2"):
+        store_record(session, run, record)
+    assert stored_case_ids(session, run.id) == set()
+
+
+def test_a_taken_repository_name_gets_the_same_suffix_in_every_process(
+    session: Session,
+) -> None:
+    # hash() of a str is salted per process: a repeated demo (a new process, the same
+    # path) made tinykern-7847 beside tinykern-0312. Ask two fresh interpreters.
+    code = "from kernelwatch.db.store import source_suffix; print(source_suffix('/tmp/x/lib'))"
+    names = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert names == {source_suffix("/tmp/x/lib")}
+    get_or_create_repository(session, "lib", "/src/lib")
+    other = get_or_create_repository(session, "lib", "/tmp/x/lib")
+    assert other.name == f"lib-{source_suffix('/tmp/x/lib')}"
+    assert get_or_create_repository(session, "lib", "/tmp/x/lib") is other

@@ -1,0 +1,175 @@
+"""``Run.options``: what a run was asked to do and what it noted on the way, typed.
+
+The column is JSON (``runs.options``), but nothing reads or writes it as a bag of
+keys: the planner, the webhook handler, the CLI and the importer build a
+``RunOptions``; the worker and the analysis read its attributes. The column type
+below turns it into JSON on the way into the database and back into a
+``RunOptions`` on the way out, and ``Run`` validates whatever is assigned to it, so
+a misspelt key fails where it is written (``extra="forbid"``) instead of being
+ignored where it is read.
+
+Values are frozen: change one with ``with_(...)``, which validates again and gives
+a new value for the ORM to notice. Only keys that differ from their default are
+stored, so the stored JSON is what it was before this type existed.
+
+This module does not decide anything about the options (the executor, dedup and
+analysis do); it only says what they are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import JSON, Dialect
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+log = logging.getLogger(__name__)
+
+# The options that change what a run measures: two requests that agree on these (and
+# on commit, suites, device class, baseline) are one measurement (jobs/planning/dedup.py).
+MEASUREMENT = ("bench_args", "case_timeout_s", "suites_explicit", "paired")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GithubOrigin(_Frozen):
+    """The webhook delivery a run was planned for (``jobs/github/events.py``)."""
+
+    repository: str  # owner/name
+    event: str  # the trigger: push | pull_request | ...
+    pr: int | None = None
+
+
+class ConfigNote(_Frozen):
+    """What the commit's ``.kernelwatch.toml`` said, noted by the worker for the run page."""
+
+    module: str | None = None
+    suites: list[str] = Field(default_factory=list)
+    kernels: list[str] | None = None  # [suites] kernels: None is every kernel of the suites
+    recipe: str | None = None
+
+
+class RunOptions(_Frozen):
+    """Every option a run carries, with its default; only non-defaults are stored.
+
+    What is measured (``MEASUREMENT``; dedup compares these):
+      suites_explicit: run the request's suites, not the ones ``.kernelwatch.toml`` names.
+      bench_args: extra arguments for the suite runner (``--kernel softmax --budget 0.1``).
+      case_timeout_s: per-case limit in seconds; None: the service's ``case_timeout_s``.
+      paired: baseline and candidate built and measured interleaved in this one run.
+    How the library is installed:
+      impl: module exposing the kernels (released versions; default from the name).
+      index_url, find_links: where released versions come from.
+      profile: build profile of the recipe; None: the one the recipe maps the trigger to.
+    How it is judged (written by the worker from ``.kernelwatch.toml`` when unset):
+      regression_threshold: minimum relative effect; None: the service default.
+      confidence: confidence of the intervals; None: the service default.
+      thresholds: per-suite and per-case thresholds (``repoconfig.Thresholds.to_options``).
+      baseline_run_id: compare with this run instead of the baseline commit's latest.
+    Where it came from:
+      pr: pull request number (``jobs/planning/cancel.py`` finds a PR's runs by it).
+      github: the repository and event of the webhook delivery.
+      requested: the revisions of a request that could not be planned.
+      joined: requests that joined this run instead of planning another (``dedup.join``).
+      imported_from, records: the file and record count of ``kernelwatch import``.
+      gate: a manual run asked (``run --gate``) to decide its commit's gate result; a
+        manual run without it never overrides a push or PR run's (``runs_of_commit``).
+      bisection_id: the run is a step of this bisection (``db/bisect.py``); such a run
+        never decides its commit's gate result (``runs_of_commit``).
+    What happened:
+      config: what the commit's ``.kernelwatch.toml`` said (module, suites, kernels, recipe).
+      requeued_at, requeues: when and how often reconcile sent the run again (ISO time).
+      runner_log_tail: the end of the suite runner's log.
+    """
+
+    suites_explicit: bool = False
+    bench_args: list[str] = Field(default_factory=list)
+    case_timeout_s: float | None = None
+    paired: bool = False
+
+    impl: str | None = None
+    index_url: str | None = None
+    find_links: str | None = None
+    profile: str | None = None
+
+    regression_threshold: float | None = None
+    confidence: float | None = None
+    thresholds: dict[str, Any] | None = None
+    baseline_run_id: int | None = None
+
+    pr: int | None = None
+    github: GithubOrigin | None = None
+    requested: list[str | None] | None = None
+    joined: list[dict[str, Any]] = Field(default_factory=list)
+    imported_from: str | None = None
+    records: int | None = None
+    gate: bool = False
+    bisection_id: int | None = None
+
+    config: ConfigNote | None = None
+    requeued_at: str | None = None
+    requeues: int = 0
+    runner_log_tail: str = ""
+
+    @classmethod
+    def parse(cls, value: RunOptions | Mapping[str, Any] | None) -> RunOptions:
+        """``value`` as options; an unknown key or a wrong type raises ``ValidationError``."""
+        if isinstance(value, RunOptions):
+            return value
+        return cls.model_validate(dict(value or {}))
+
+    @classmethod
+    def from_stored(cls, value: RunOptions | Mapping[str, Any] | None) -> RunOptions:
+        """Options read back from the database (a query of ``Run.options`` already
+        gives a ``RunOptions``; raw JSON from elsewhere is parsed here).
+
+        A key this code no longer knows (a row older than a removal) is dropped and
+        logged, not fatal: one old row must not make every page that lists runs fail.
+        """
+        if isinstance(value, RunOptions):
+            return value
+        data = dict(value or {})
+        unknown = sorted(set(data) - set(cls.model_fields))
+        if unknown:
+            log.warning("run options: ignoring stored keys this version does not know: %s", unknown)
+            data = {k: v for k, v in data.items() if k not in unknown}
+        return cls.model_validate(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: JSON values, keys at their default left out."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def with_(self, **changes: Any) -> RunOptions:
+        """A copy with ``changes``, validated like a new value."""
+        return RunOptions.model_validate({**self.to_json(), **changes})
+
+    def measurement(self) -> dict[str, Any]:
+        """The options that decide what is measured, as stored (for dedup's key)."""
+        return {k: v for k, v in self.to_json().items() if k in MEASUREMENT}
+
+
+class RunOptionsType(TypeDecorator[RunOptions]):
+    """``RunOptions`` in a JSON column: JSONB on PostgreSQL, JSON text elsewhere."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
+
+    def process_bind_param(
+        self, value: RunOptions | Mapping[str, Any] | None, dialect: Dialect
+    ) -> dict[str, Any]:
+        return RunOptions.parse(value).to_json()
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> RunOptions:
+        return RunOptions.from_stored(value)
+
+
+__all__ = ["MEASUREMENT", "ConfigNote", "GithubOrigin", "RunOptions", "RunOptionsType"]
