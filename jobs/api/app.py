@@ -3,7 +3,10 @@
 Everything the routes need is built here and handed over explicitly (no globals), so
 tests build an app around a real database, a real broker and a loopback GitHub.
 The reporter loop (:class:`~kernelwatch.jobs.github.reporter.ReporterThread`) runs inside
-the application's lifespan unless ``reporter_interval_s`` is None.
+the application's lifespan unless ``reporter_interval_s`` is None, and so does the
+reconciler (:class:`~kernelwatch.jobs.planning.reconcile.ReconcilerThread`: outbox
+sends, lost messages, dead workers, crash loops) unless ``reconcile`` is None or
+there is no broker.
 """
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ from kernelwatch.jobs.github.client import GitHubClient
 from kernelwatch.jobs.github.events import WebhookHandler
 from kernelwatch.jobs.github.reporter import Reporter, ReporterThread
 from kernelwatch.jobs.github.watched import Secrets, WatchedRepo, repos_from_env
+from kernelwatch.jobs.planning.bisect_driver import BisectThread
+from kernelwatch.jobs.planning.reconcile import ReconcileConfig, ReconcilerThread
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BODY = 5 * 1024 * 1024  # GitHub caps payloads at 25 MB; pushes stay far below
+# GitHub caps webhook payloads at 25 MB; a large push can come close. Bodies are
+# streamed and spooled before their signature is known (jobs/api/webhook.py), so the
+# limit costs disk for a moment, not memory.
+DEFAULT_MAX_BODY = 25 * 1024 * 1024
 
 
 def create_app(
@@ -39,8 +47,15 @@ def create_app(
     repos: Mapping[str, WatchedRepo] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     reporter_interval_s: float | None = 2.0,
+    reconcile: ReconcileConfig | None | bool = True,
 ) -> FastAPI:
-    """The API. ``repos``: watched repositories (default: the ``KW_REPOS_FILE`` file)."""
+    """The API. ``repos``: watched repositories (default: the ``KW_REPOS_FILE`` file).
+
+    ``reconcile``: True reads :class:`ReconcileConfig` from the settings and
+    environment, a config is used as given, None or False runs no reconciler.
+    """
+    if reconcile is True:
+        reconcile = ReconcileConfig.from_settings(settings)
     watched = dict(repos) if repos is not None else repos_from_env()
     secrets = Secrets.of(watched, settings.webhook_secret)
     if not secrets.candidates():
@@ -61,14 +76,19 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        thread = None
+        threads: list[ReporterThread | ReconcilerThread | BisectThread] = []
         if reporter_interval_s is not None:
-            thread = ReporterThread(reporter, reporter_interval_s)
+            threads.append(ReporterThread(reporter, reporter_interval_s))
+        if isinstance(reconcile, ReconcileConfig) and celery_app is not None:
+            threads.append(ReconcilerThread(session_factory, celery_app, reconcile))
+            # bisections advance where runs are kept alive (jobs/planning/bisect_driver.py)
+            threads.append(BisectThread(session_factory, settings, celery_app))
+        for thread in threads:
             thread.start()
         try:
             yield
         finally:
-            if thread is not None:
+            for thread in threads:
                 thread.stop()
 
     app = FastAPI(

@@ -20,13 +20,36 @@ def sign(secret: str, body: bytes) -> str:
     return PREFIX + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+def well_formed(header: str | None) -> bool:
+    """Whether ``header`` could be a signature at all (checked before reading a body)."""
+    return header is not None and header.startswith(PREFIX) and len(header) == len(PREFIX) + 64
+
+
+class StreamVerifier:
+    """HMAC-SHA256 of a body under every candidate secret, fed one chunk at a time."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._macs = [(s, hmac.new(s.encode(), digestmod=hashlib.sha256)) for s in secrets]
+
+    def update(self, chunk: bytes) -> None:
+        for _, mac in self._macs:
+            mac.update(chunk)
+
+    def matching(self, header: str | None) -> str | None:
+        """The secret whose signature equals ``header``, or None; constant-time compares."""
+        if header is None or not well_formed(header):
+            return None
+        found = None
+        for secret, mac in self._macs:
+            expected = (PREFIX + mac.hexdigest()).encode()
+            if hmac.compare_digest(expected, header.encode()) and found is None:
+                found = secret
+        return found
+
+
 def matching_secret(header: str | None, body: bytes, secrets: Iterable[str]) -> str | None:
     """The secret whose signature equals ``header``, or None (missing, malformed, forged)."""
-    if not header or not header.startswith(PREFIX) or len(header) != len(PREFIX) + 64:
-        return None
-    found = None
-    for secret in secrets:
-        # Every candidate is compared, so timing does not tell which one matched.
-        if hmac.compare_digest(sign(secret, body).encode(), header.encode()) and found is None:
-            found = secret
-    return found
+    verifier = StreamVerifier(secrets)
+    verifier.update(body)
+    # Every candidate is compared, so timing does not tell which one matched.
+    return verifier.matching(header)

@@ -1,7 +1,11 @@
 """``POST /webhooks/github``: size limit, signature, headers, JSON, then the handler.
 
-Order matters: the body is read (at most ``max_body_bytes``), the signature checked
-against the raw bytes, and only then parsed. A request that fails before the
+Order matters: a request without a well-formed signature header is refused before
+its body is read; the body is then streamed (at most ``max_body_bytes``, GitHub's
+25 MB by default) through the HMACs of every candidate secret and spooled to a
+temporary file past ``SPOOL_BYTES``, so an unsigned body costs at most that much
+memory however large it is and however many arrive at once; only a body whose
+signature matched is read back and parsed. A request that fails before the
 signature check stores nothing and learns nothing about the repositories watched.
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import time
 from typing import Annotated, Any
 from urllib.parse import parse_qs
@@ -19,31 +24,43 @@ from starlette.concurrency import run_in_threadpool
 
 from kernelwatch.jobs.api.context import ApiContext, context
 from kernelwatch.jobs.api.schemas import ErrorResponse, WebhookResponse
-from kernelwatch.jobs.api.signature import matching_secret
-from kernelwatch.jobs.github.events import repository_of
+from kernelwatch.jobs.api.signature import StreamVerifier, well_formed
+from kernelwatch.jobs.github.events import Signed, repository_of
 
 router = APIRouter()
 
 _DELIVERY = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _EVENT = re.compile(r"^[a-z_]{1,64}$")
+SPOOL_BYTES = 256 * 1024  # larger bodies wait on disk until their signature is known
 
 
 class BodyTooLarge(Exception):
     pass
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(
+    request: Request, limit: int, verifier: StreamVerifier
+) -> tempfile.SpooledTemporaryFile[bytes]:
+    """The body, HMACed chunk by chunk into ``verifier``, in memory up to SPOOL_BYTES."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
-    chunks: list[bytes] = []
+    # Returned open: the caller closes it (``with spool``) once the signature is known.
+    spool: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(  # noqa: SIM115
+        max_size=SPOOL_BYTES, prefix="kw-body-"
+    )
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
+            verifier.update(chunk)
+            spool.write(chunk)
+    except BaseException:
+        spool.close()
+        raise
+    return spool
 
 
 def _error(status: int, detail: str) -> JSONResponse:
@@ -86,15 +103,23 @@ async def github_webhook(
     x_github_delivery: Annotated[str | None, Header()] = None,
 ) -> JSONResponse:
     started = time.perf_counter()
+    candidates = ctx.secrets.candidates()
+    if not well_formed(x_hub_signature_256) or not candidates:
+        ctx.metrics.delivery("unknown", "unauthorized", started)
+        return _error(401, "missing or invalid X-Hub-Signature-256")
+    verifier = StreamVerifier(candidates)
     try:
-        body = await _read_body(request, ctx.max_body_bytes)
+        spool = await _read_body(request, ctx.max_body_bytes, verifier)
     except BodyTooLarge:
         ctx.metrics.delivery("unknown", "too_large", started)
         return _error(413, f"body larger than {ctx.max_body_bytes} bytes")
-    secret = matching_secret(x_hub_signature_256, body, ctx.secrets.candidates())
-    if secret is None:
-        ctx.metrics.delivery("unknown", "unauthorized", started)
-        return _error(401, "missing or invalid X-Hub-Signature-256")
+    with spool:
+        secret = verifier.matching(x_hub_signature_256)
+        if secret is None:
+            ctx.metrics.delivery("unknown", "unauthorized", started)
+            return _error(401, "missing or invalid X-Hub-Signature-256")
+        spool.seek(0)
+        body = spool.read()
     event = x_github_event or ""
     if not _EVENT.match(event):
         return _error(400, "missing or invalid X-GitHub-Event")
@@ -112,6 +137,7 @@ async def github_webhook(
     if secret not in ctx.secrets.allowed_for(watched):
         ctx.metrics.delivery(event, "unauthorized", started)
         return _error(401, "signature does not match this repository's secret")
-    outcome = await run_in_threadpool(ctx.handler.handle, event, x_github_delivery, payload)
+    signed = Signed(body, str(x_hub_signature_256))
+    outcome = await run_in_threadpool(ctx.handler.handle, event, x_github_delivery, payload, signed)
     ctx.metrics.delivery(event, outcome.outcome, started)
     return JSONResponse(outcome.body(), status_code=outcome.http_status)

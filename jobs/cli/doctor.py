@@ -1,16 +1,39 @@
-"""``kernelwatch doctor``: is this machine ready? Database, broker, GPU, compiler, versions."""
+"""``kernelwatch doctor``: is this machine ready? Database, broker, workers, GPU, compiler.
+
+A check that raises is ``BAD`` and makes the exit code 1; a check may instead return a
+:class:`Warn` (no live worker yet: runs would wait) that is shown but does not fail.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 
 from kernelwatch.db.config import get_settings
 
+NAME = "doctor"
+
+
+class Warn(str):
+    """A check's detail that deserves attention but is not a failure."""
+
+
 Check = tuple[str, Callable[[], str]]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doc = sub.add_parser(NAME, help="check database, broker, workers, GPU, compiler, versions")
+    doc.add_argument("--json", action="store_true", help="the checks as JSON")
+    doc.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    return run_checks(json_out=args.json)
 
 
 def _database() -> str:
@@ -31,6 +54,26 @@ def _broker() -> str:
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=5)
     return broker_url(settings).split("@")[-1]
+
+
+def _workers() -> str:
+    """Live workers (heartbeats of the last two minutes) and the queues they serve."""
+    from kernelwatch.db.fleet import live_workers
+    from kernelwatch.db.migrate import upgrade
+    from kernelwatch.db.session import session_factory
+    from kernelwatch.jobs.planning.queues import local_device_class, queue_for
+
+    upgrade()
+    with session_factory()() as session:
+        workers = live_workers(session)
+        rows = [f"{w.name} [{w.queues or '-'}] {w.state}" for w in workers]
+    if not rows:
+        return Warn(
+            f"no live worker: runs wait until one serves their queue (here "
+            f"{queue_for(local_device_class())}); start `kernelwatch worker`, or "
+            "`kernelwatch serve` on one machine"
+        )
+    return f"{len(rows)} live: " + "; ".join(rows)
 
 
 def _gpu() -> str:
@@ -72,6 +115,7 @@ def _versions() -> str:
 CHECKS: list[Check] = [
     ("database", _database),
     ("broker", _broker),
+    ("workers", _workers),
     ("gpu", _gpu),
     ("compiler", _compiler),
     ("versions", _versions),
@@ -83,13 +127,27 @@ def run_checks(json_out: bool = False) -> int:
     ok = True
     for name, fn in CHECKS:
         try:
-            results.append({"check": name, "ok": True, "detail": fn()})
+            detail = fn()
+            results.append(
+                {"check": name, "ok": True, "warn": isinstance(detail, Warn), "detail": detail}
+            )
         except Exception as exc:  # every failure is reported, none stops the others
             ok = False
-            results.append({"check": name, "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+            results.append(
+                {
+                    "check": name,
+                    "ok": False,
+                    "warn": False,
+                    "detail": f"{type(exc).__name__}: {exc}",
+                }
+            )
     if json_out:
-        print(json.dumps({"ok": ok, "checks": results}, indent=2))
+        print(json.dumps({"ok": ok, "checks": results}, indent=2, default=str))
     else:
         for r in results:
-            print(f"{'ok ' if r['ok'] else 'BAD'}  {r['check']:<9} {r['detail']}")
+            mark = "BAD" if not r["ok"] else "warn" if r["warn"] else "ok"
+            print(f"{mark:<4} {r['check']:<9} {r['detail']}")
+    if not ok:
+        bad = ", ".join(str(r["check"]) for r in results if not r["ok"])
+        print(f"kernelwatch doctor: not ready: {bad}", file=sys.stderr)
     return 0 if ok else 1

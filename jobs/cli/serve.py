@@ -8,6 +8,7 @@ or when any one of them exits, so a half-running service never lingers.
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
@@ -16,6 +17,25 @@ from collections.abc import Iterable
 from types import FrameType
 
 PARTS = ("api", "worker", "dashboard")
+NAME = "serve"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sv = sub.add_parser(NAME, help="api + worker + dashboard on one machine")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="API port (default 8000)")
+    sv.add_argument(
+        "--dashboard-port", type=int, default=8501, help="dashboard port (default 8501)"
+    )
+    sv.add_argument("--queues", help="worker queues (default: this machine's class)")
+    sv.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from kernelwatch.db.migrate import upgrade
+
+    upgrade()
+    return supervise(part_argvs(args.port, args.dashboard_port, args.host, args.queues))
 
 
 def part_argvs(

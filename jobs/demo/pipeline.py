@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import tempfile
+import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,7 +28,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.jobs.judging.report import run_summary
 from kernelwatch.jobs.library.mirror import git
-from kernelwatch.jobs.planning.broker import make_celery, worker_argv
+from kernelwatch.jobs.planning.broker import make_celery
 from kernelwatch.jobs.planning.plan import RunRequest, plan
 
 KERNEL_FILES = ("softmax.py", "rmsnorm.py", "matmul.py", "attention.py")
@@ -72,8 +72,17 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def demo_repository_dir(settings: Settings, workdir: Path | None = None) -> Path:
+    """Where the demo's library lives: one place per data dir, so every demo is the same
+    source and so the same repository row (a fresh temp dir per demo made
+    ``tinykern-7847``-style duplicates, issue 18)."""
+    return (workdir or settings.data_dir / "demo") / "tinykern"
+
+
 def create_demo_repository(dest: Path) -> list[DemoCommit]:
-    """The tinykern repository with its four commits, oldest first."""
+    """The tinykern repository with its four commits, oldest first (made anew each time)."""
+    if (dest / ".git").exists():
+        shutil.rmtree(dest)
     dest.mkdir(parents=True, exist_ok=True)
     git("init", "-q", "-b", "main", cwd=dest)
     pkg = dest / "tinykern"
@@ -111,27 +120,22 @@ def create_demo_repository(dest: Path) -> list[DemoCommit]:
     return commits
 
 
-def start_worker(
-    settings: Settings, queue: str = "cpu", name: str = "demo"
-) -> subprocess.Popen[bytes]:
-    """A real Celery worker process consuming ``queue``."""
-    env = dict(os.environ)
-    for key, value in settings.model_dump().items():
-        if value is not None:
-            env[f"KW_{key.upper()}"] = str(value)
-    argv = worker_argv(queue, name=f"{name}-{os.getpid()}@%h", loglevel="WARNING", quiet=True)
-    with open(settings.data_dir / f"{name}-worker.log", "ab") as log:
-        return subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+def wait_for_runs(
+    factory: sessionmaker[Session],
+    run_ids: list[int],
+    timeout_s: float,
+    on_poll: Callable[[Sequence[Run]], None] | None = None,
+) -> bool:
+    """Poll until every run is final and judged; False on timeout.
 
-
-def wait_for_runs(factory: sessionmaker[Session], run_ids: list[int], timeout_s: float) -> bool:
-    """Poll until every run is final and judged; False on timeout."""
+    ``on_poll`` sees the runs at every poll (the command line's progress lines).
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with factory() as session:
             runs = session.scalars(select(Run).where(Run.id.in_(run_ids))).all()
+            if on_poll is not None:
+                on_poll(runs)
             if all(r.status in FINAL_STATES and r.verdict is not None for r in runs):
                 return True
         time.sleep(0.5)
@@ -143,36 +147,30 @@ def run_demo(
     settings: Settings,
     *,
     workdir: Path | None = None,
-    start_own_worker: bool = True,
     timeout_s: float = 900,
+    on_poll: Callable[[Sequence[Run]], None] | None = None,
 ) -> dict[str, Any]:
-    """Create the library, measure all four commits through a real worker, report."""
+    """Create the library, measure all four commits through a real worker, report.
+
+    The worker is the caller's to start (``kernelwatch demo`` starts one unless told
+    ``--no-worker``): only the command line starts processes.
+    """
     started = time.monotonic()
-    root = workdir or Path(tempfile.mkdtemp(prefix="kernelwatch-demo-"))
-    repo_dir = root / "tinykern"
+    repo_dir = demo_repository_dir(settings, workdir)
     commits = create_demo_repository(repo_dir)
-    worker = start_worker(settings) if start_own_worker else None
-    try:
-        app = make_celery(settings)
-        planned = plan(
-            factory,
-            settings,
-            app,
-            RunRequest(
-                source=str(repo_dir),
-                commits=[c.sha for c in commits],
-                trigger="demo",
-                measure_baseline=False,
-            ),
-        )
-        finished = wait_for_runs(factory, [p.id for p in planned], timeout_s)
-    finally:
-        if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+    app = make_celery(settings)
+    planned = plan(
+        factory,
+        settings,
+        app,
+        RunRequest(
+            source=str(repo_dir),
+            commits=[c.sha for c in commits],
+            trigger="demo",
+            measure_baseline=False,
+        ),
+    )
+    finished = wait_for_runs(factory, [p.id for p in planned], timeout_s, on_poll=on_poll)
     return _report(
         factory,
         settings,

@@ -4,10 +4,11 @@ Why not a library: kernelwatch needs eight endpoints, a configurable base URL (G
 Enterprise Server lives at ``https://HOST/api/v3``), an injectable httpx transport for
 tests, and retries that understand GitHub's rate limits. That is this file.
 
-Retries: 5xx answers and transport errors are retried with exponential backoff and
-jitter; 429, and 403 that carries a rate-limit signal (``retry-after``, or
-``x-ratelimit-remaining: 0`` with ``x-ratelimit-reset``), wait as long as GitHub asks,
-up to ``max_wait_s``; a longer wait raises :class:`RateLimited` instead of blocking.
+Retries (the one policy of ``jobs/retry.py``): 5xx answers and transport errors are
+retried with exponential backoff and jitter; 429, and 403 that carries a rate-limit
+signal (``retry-after``, or ``x-ratelimit-remaining: 0`` with ``x-ratelimit-reset``),
+wait as long as GitHub asks, up to ``max_wait_s``; a longer wait raises
+:class:`RateLimited` instead of blocking.
 Every other 4xx raises :class:`GitHubError` at once. Path segments built from names
 (owner, repository, user, label) are validated or percent-encoded, never spliced raw.
 
@@ -17,7 +18,6 @@ for its own comment), GraphQL, or token minting for GitHub Apps.
 
 from __future__ import annotations
 
-import random
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +27,7 @@ from urllib.parse import quote
 import httpx
 
 from kernelwatch.jobs.errors import KernelwatchError
+from kernelwatch.jobs.retry import retrying
 
 DEFAULT_API_URL = "https://api.github.com"
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -40,6 +41,17 @@ class GitHubError(KernelwatchError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Transient(GitHubError):
+    """A failure worth retrying: a 5xx, a transport error, a rate limit we wait out.
+
+    Raised to the caller once the retries are spent, as the last answer's error.
+    """
+
+    def __init__(self, message: str, status: int | None = None, wait_s: float | None = None):
+        super().__init__(message, status)
+        self.wait_s = wait_s
 
 
 class RateLimited(GitHubError):
@@ -111,57 +123,70 @@ class GitHubClient:
         json: Any = None,
         params: Mapping[str, str | int] | None = None,
     ) -> httpx.Response:
-        """One API call with retries; raises GitHubError for a final non-2xx answer."""
+        """One API call with retries; raises GitHubError for a final non-2xx answer.
+
+        The policy is :func:`kernelwatch.jobs.retry.retrying`: :class:`Transient`
+        failures are retried up to ``max_retries`` times, each waiting what GitHub
+        asked for or the jittered backoff.
+        """
         url = path.lstrip("/")
-        attempt = 0
-        while True:
-            try:
-                resp = self._http.request(method, url, json=json, params=params)
-            except httpx.TransportError as exc:
-                if attempt >= self.max_retries:
-                    raise GitHubError(f"{method} {path}: {exc}") from exc
-                self._sleep(self._backoff(attempt))
-                attempt += 1
-                continue
-            if resp.is_success:
-                return resp
-            wait = self._retry_wait(resp, attempt)
-            if wait is None or attempt >= self.max_retries:
-                raise GitHubError(
-                    f"{method} {path}: {resp.status_code} {_message(resp)}", resp.status_code
-                )
-            self._sleep(wait)
-            attempt += 1
+        policy = retrying(
+            on=Transient,
+            attempts=self.max_retries + 1,
+            first_s=self.backoff_s,
+            max_s=self.max_wait_s,
+            jitter=True,
+            wait_hint=lambda exc: exc.wait_s if isinstance(exc, Transient) else None,
+            sleep=self._sleep,
+        )
+        return policy(self._attempt, method, path, url, json, params)
 
-    def _backoff(self, attempt: int) -> float:
-        base: float = self.backoff_s * 2**attempt
-        return min(self.max_wait_s, base * (0.5 + random.random() / 2))
+    def _attempt(
+        self,
+        method: str,
+        path: str,
+        url: str,
+        json: Any,
+        params: Mapping[str, str | int] | None,
+    ) -> httpx.Response:
+        """One try: the answer, or :class:`Transient` if it may be retried."""
+        try:
+            resp = self._http.request(method, url, json=json, params=params)
+        except httpx.TransportError as exc:
+            raise Transient(f"{method} {path}: {exc}") from exc
+        if resp.is_success:
+            return resp
+        message = f"{method} {path}: {resp.status_code} {_message(resp)}"
+        retryable, wait = self._retry_wait(resp)
+        if not retryable:
+            raise GitHubError(message, resp.status_code)
+        raise Transient(message, resp.status_code, wait_s=wait)
 
-    def _retry_wait(self, resp: httpx.Response, attempt: int) -> float | None:
-        """Seconds to wait before retrying ``resp``, or None if it must not be retried."""
+    def _retry_wait(self, resp: httpx.Response) -> tuple[bool, float | None]:
+        """Whether ``resp`` may be retried, and the wait GitHub asked for (None: backoff)."""
         if resp.status_code in RETRY_STATUSES:
-            return self._backoff(attempt)
+            return True, None
         if resp.status_code not in (403, 429):
-            return None
+            return False, None
         headers = resp.headers
         wait: float | None = None
         if "retry-after" in headers:
             try:
                 wait = max(0.0, float(headers["retry-after"]))
             except ValueError:
-                wait = self._backoff(attempt)
+                return True, None
         elif headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in headers:
             try:
                 wait = max(0.0, float(headers["x-ratelimit-reset"]) - self._clock()) + 1.0
             except ValueError:
-                wait = self._backoff(attempt)
+                return True, None
         elif resp.status_code == 429 or "rate limit" in _message(resp).lower():
-            wait = self._backoff(attempt)  # secondary rate limit without headers
-        if wait is None:
-            return None  # a plain 403: permission denied, not worth retrying
+            return True, None  # secondary rate limit without headers: back off
+        else:
+            return False, None  # a plain 403: permission denied, not worth retrying
         if wait > self.max_wait_s:
             raise RateLimited(f"GitHub rate limit: retry in {wait:.0f} s", wait)
-        return wait
+        return True, wait
 
     # ------------------------------------------------------------------ endpoints
 
@@ -189,6 +214,13 @@ class GitHubClient:
 
     def create_comment(self, full_name: str, number: int, body: str) -> dict[str, Any]:
         path = f"repos/{check_full_name(full_name)}/issues/{int(number)}/comments"
+        return _json(self.request("POST", path, json={"body": body}))
+
+    def create_commit_comment(self, full_name: str, sha: str, body: str) -> dict[str, Any]:
+        """POST /repos/{o}/{r}/commits/{sha}/comments (a bisection's culprit)."""
+        if not _SHA.match(sha):
+            raise GitHubError(f"not a commit sha: {sha!r}")
+        path = f"repos/{check_full_name(full_name)}/commits/{sha}/comments"
         return _json(self.request("POST", path, json={"body": body}))
 
     def update_comment(self, full_name: str, comment_id: int, body: str) -> dict[str, Any]:
@@ -273,6 +305,7 @@ __all__ = [
     "GitHubClient",
     "GitHubError",
     "RateLimited",
+    "Transient",
     "check_full_name",
     "shorten",
 ]

@@ -15,32 +15,44 @@ nothing about HTTP except the status code it suggests. For each event:
   user with write access adds the approval label (checked through the permission
   API, or the user is on the repository's allow-list); approval binds to that head
   commit, and a new push to the fork removes the label and waits again. Meanwhile a
-  ``pending`` status says so.
-- ``.kernelwatch.toml`` is read at the commit under test; a parse error becomes an
-  ``error`` status with the parser's message, and nothing is planned.
+  ``pending`` status says so. The approval itself is the signed ``labeled`` delivery,
+  kept and re-verified (:mod:`kernelwatch.jobs.github.approval`), never a database
+  field that code under test could write.
+- Only ``opened``, ``synchronize`` and ``reopened`` move a PR's recorded head, and
+  only forward in ``pull_request.updated_at``: a late delivery of an older event
+  (a ``labeled`` for the previous head, say) neither moves it back nor cancels the
+  current head's runs.
+- ``.kernelwatch.toml`` is read once at the head commit (``repoconfig.read_at``: suites,
+  ``[gpus]`` classes); an invalid file becomes an ``error`` status whose message names
+  the key and what is allowed, and nothing is planned.
 
 Payload fields are data, never code: shas must be 40 hex digits, repository names
-match GitHub's alphabet, branch names are only compared with patterns. No shell is
-used anywhere; git gets argument lists (:mod:`kernelwatch.jobs.library.mirror`).
+match GitHub's alphabet, branch names are only compared with patterns, and every
+string or integer that is stored or handed to git is checked against its column
+first (:mod:`kernelwatch.jobs.github.fields`: NUL, lone surrogates, length, 2^31),
+so a signed payload gets a 4xx, never a 500. No shell is used anywhere; git gets
+argument lists (:mod:`kernelwatch.jobs.library.mirror`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.github import PullRequest, RunLink, WebhookDelivery
 from kernelwatch.db.models import Run
+from kernelwatch.db.outbox import PendingSend
+from kernelwatch.db.run_options import GithubOrigin, RunOptions
 from kernelwatch.db.store import get_or_create_repository
 from kernelwatch.jobs.errors import (
     CommitNotFound,
@@ -49,25 +61,32 @@ from kernelwatch.jobs.errors import (
     KernelwatchError,
     SourceError,
 )
+from kernelwatch.jobs.github import approval, fields
 from kernelwatch.jobs.github.client import GitHubError, check_full_name
+from kernelwatch.jobs.github.fields import PayloadError
 from kernelwatch.jobs.github.reporter import Reporter
-from kernelwatch.jobs.github.watched import WatchedRepo
+from kernelwatch.jobs.github.watched import Secrets, WatchedRepo
 from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.planning import cancel
-from kernelwatch.jobs.planning.plan import PlannedRun, RunRequest, plan
+from kernelwatch.jobs.planning.plan import BrokerUnavailable, PlannedRun, RunRequest, plan
 
 log = logging.getLogger(__name__)
 
 ZERO_SHA = "0" * 40
 PR_RUN_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review")
+HEAD_MOVING_ACTIONS = ("opened", "synchronize", "reopened")
 WRITE_PERMISSIONS = ("admin", "maintain", "write")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 
 
-class PayloadError(ValueError):
-    """The payload lacks a field kernelwatch needs, or a field has the wrong shape."""
+@dataclass(frozen=True)
+class Signed:
+    """The raw body of a delivery and the signature header it was verified with."""
+
+    body: bytes
+    signature: str
 
 
 @dataclass
@@ -107,11 +126,16 @@ def _sha(data: Any, *path: str) -> str:
     return value
 
 
-def _str(data: Any, *path: str) -> str:
-    value = _get(data, *path)
-    if not isinstance(value, str):
-        raise PayloadError(f"{'.'.join(path)} must be a string")
-    return value
+def _str(data: Any, *path: str, max_len: int = 255) -> str:
+    return fields.text(_get(data, *path), ".".join(path), max_len)
+
+
+def _older(event_at: datetime | None, known_at: datetime | None) -> bool:
+    """Whether an event is older than the one that last moved the head (unknown: no)."""
+    if event_at is None or known_at is None:
+        return False
+    known = known_at if known_at.tzinfo else known_at.replace(tzinfo=UTC)
+    return event_at < known
 
 
 def _login(data: Any, *path: str) -> str:
@@ -137,28 +161,44 @@ class WebhookHandler:
         self.celery = celery_app
         self.repos = dict(repos)
         self.reporter = reporter
+        self.secrets = Secrets.of(self.repos, settings.webhook_secret)
 
     # ------------------------------------------------------------------ entry
 
-    def handle(self, event: str, delivery: str, payload: dict[str, Any]) -> Outcome:
+    def handle(
+        self,
+        event: str,
+        delivery: str,
+        payload: dict[str, Any],
+        signed: Signed | None = None,
+    ) -> Outcome:
+        """``signed``: the raw delivery, kept when it approves a fork (None: cannot approve)."""
         full_name = repository_of(payload)
         if full_name is not None:
             try:
                 check_full_name(full_name)
             except GitHubError:
                 return Outcome(400, "invalid", "repository.full_name is not a repository name")
-        action = payload.get("action")
-        action = action[:64] if isinstance(action, str) else ""
+        action = payload.get("action", "")
+        try:
+            action = fields.text(action, "action", 64) if action is not None else ""
+        except PayloadError as exc:
+            return Outcome(400, "invalid", str(exc))
         if not self.claim(delivery, event, action, full_name or ""):
             return Outcome(200, "duplicate", f"delivery {delivery} was already received")
         try:
-            outcome = self._dispatch(event, action, full_name, payload)
+            outcome = self._dispatch(event, delivery, action, full_name, payload, signed)
         except PayloadError as exc:
             outcome = Outcome(400, "invalid", str(exc))
         except (SourceError, InfrastructureError) as exc:
             # Our side (fetch, broker): let GitHub's redelivery try again.
             self.release(delivery)
             return Outcome(503, "error", str(exc))
+        except DataError as exc:
+            # A value fields.py should have refused: still the payload's fault, not ours.
+            log.warning("delivery %s: database refused a payload value: %s", delivery, exc)
+            self.release(delivery)
+            return Outcome(422, "invalid", "a payload value does not fit the database")
         except Exception:
             self.release(delivery)
             raise
@@ -196,7 +236,13 @@ class WebhookHandler:
             row.run_ids = list(outcome.run_ids)
 
     def _dispatch(
-        self, event: str, action: str, full_name: str | None, payload: dict[str, Any]
+        self,
+        event: str,
+        delivery: str,
+        action: str,
+        full_name: str | None,
+        payload: dict[str, Any],
+        signed: Signed | None,
     ) -> Outcome:
         if event == "ping":
             return Outcome(200, "pong", "pong")
@@ -209,7 +255,7 @@ class WebhookHandler:
             return Outcome(202, "ignored", f"repository {full_name} is not watched")
         if event == "push":
             return self._push(repo, payload)
-        return self._pull_request(repo, action, payload)
+        return self._pull_request(repo, delivery, action, payload, signed)
 
     # ------------------------------------------------------------------ push
 
@@ -247,6 +293,8 @@ class WebhookHandler:
                         RunLink.sha.in_(targets),
                         RunLink.role == "candidate",
                         RunLink.event == "push",
+                        # planned while the broker was down: a redelivery sends it
+                        RunLink.run_id.not_in(select(PendingSend.run_id)),
                     )
                 )
             )
@@ -257,11 +305,16 @@ class WebhookHandler:
 
     # ------------------------------------------------------------------ pull request
 
-    def _pull_request(self, repo: WatchedRepo, action: str, payload: dict[str, Any]) -> Outcome:
+    def _pull_request(
+        self,
+        repo: WatchedRepo,
+        delivery: str,
+        action: str,
+        payload: dict[str, Any],
+        signed: Signed | None,
+    ) -> Outcome:
         pr = _get(payload, "pull_request")
-        number = _get(payload, "number")
-        if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
-            raise PayloadError("number must be a positive integer")
+        number = fields.int32(_get(payload, "number"), "number")
         head_sha = _sha(pr, "head", "sha")
         base_sha = _sha(pr, "base", "sha")
         base_ref = _str(pr, "base", "ref")
@@ -269,65 +322,117 @@ class WebhookHandler:
         head_repo_data = _get(pr, "head").get("repo")
         head_repo = ""
         if isinstance(head_repo_data, dict) and isinstance(head_repo_data.get("full_name"), str):
-            head_repo = head_repo_data["full_name"]
+            head_repo = _str(head_repo_data, "full_name")
         fork = head_repo != repo.full_name  # a deleted fork (repo null) is a fork too
         author = _login(pr, "user", "login")
-        state = "closed" if action == "closed" else "open"
+        event_at = fields.timestamp(pr.get("updated_at"))
         with self.factory() as session, session.begin():
             row = session.scalars(
                 select(PullRequest).where(
                     PullRequest.full_name == repo.full_name, PullRequest.number == number
                 )
             ).first()
+            first_sight = row is None  # whatever the action: this is all we know
             if row is None:
-                row = PullRequest(full_name=repo.full_name, number=number)
+                row = PullRequest(full_name=repo.full_name, number=number, head_sha=head_sha)
                 session.add(row)
-            row.head_sha, row.head_ref, row.head_repo = head_sha, head_ref[:255], head_repo[:255]
-            row.base_ref, row.base_sha = base_ref[:255], base_sha
-            row.fork, row.author, row.state = fork, author, state
-            approved = row.approved_sha == head_sha
+            fresh = first_sight or not _older(event_at, row.head_event_at)
+            if fresh and (action in HEAD_MOVING_ACTIONS or first_sight):
+                row.head_sha, row.head_ref, row.head_repo = head_sha, head_ref, head_repo
+                row.base_ref, row.base_sha = base_ref, base_sha
+                row.fork, row.author = fork, author
+                row.head_event_at = event_at or row.head_event_at
+            if fresh and action in ("closed", *HEAD_MOVING_ACTIONS):
+                row.state = "closed" if action == "closed" else "open"
+            current = row.head_sha == head_sha
+            known_head = row.head_sha
         if action == "closed":
+            if not fresh:
+                return Outcome(202, "ignored", "an older close of a pull request since reopened")
             self._cancel_superseded(repo, number, keep=None)
             return Outcome(202, "ignored", "pull request closed")
         if not repo.watches_branch(base_ref):
             return Outcome(202, "ignored", "base branch is not watched")
         if action == "labeled":
-            return self._labeled(repo, number, head_sha, fork, approved, payload)
+            return self._labeled(repo, delivery, number, head_sha, current, fork, payload, signed)
         if action not in PR_RUN_ACTIONS:
             return Outcome(202, "ignored", f"pull_request action {action!r} is not handled")
+        if not current:
+            return Outcome(
+                202,
+                "ignored",
+                f"an older event: the head is now {known_head[:12]}, not {head_sha[:12]}",
+            )
         if pr.get("draft") is True and repo.skip_drafts:
             return Outcome(202, "ignored", "draft pull request")
-        if fork and not approved and author not in repo.allow_users:
+        if fork and author not in repo.allow_users and not self._approved(repo, number, head_sha):
             return self._await_approval(repo, number, head_sha, action, pr)
         return self._plan_pull_request(repo, number, head_sha, base_sha, base_ref)
+
+    def _approved(self, repo: WatchedRepo, number: int, sha: str) -> bool:
+        """Whether a signed, still-valid ``labeled`` delivery approved ``sha`` of this PR."""
+        with self.factory() as session:
+            who = approval.approver(
+                session,
+                full_name=repo.full_name,
+                number=number,
+                sha=sha,
+                label=repo.approval_label,
+                secrets=self.secrets.allowed_for(repo.full_name),
+                may_approve=lambda user: self._may_approve(repo, user),
+            )
+        return who is not None
 
     def _labeled(
         self,
         repo: WatchedRepo,
+        delivery: str,
         number: int,
         head_sha: str,
+        current: bool,
         fork: bool,
-        approved: bool,
         payload: dict[str, Any],
+        signed: Signed | None,
     ) -> Outcome:
         label = _str(payload, "label", "name")
         if label != repo.approval_label:
             return Outcome(202, "ignored", "label is not the approval label")
         if not fork:
             return Outcome(202, "ignored", "approval is only needed for pull requests from forks")
-        if approved:
+        if self._approved(repo, number, head_sha):
             return Outcome(202, "ignored", "this head commit is already approved")
         sender = _login(payload, "sender", "login")
         if not self._may_approve(repo, sender):
             return Outcome(202, "ignored", f"label added by {sender}, who lacks write access")
+        if signed is None:
+            return Outcome(202, "ignored", "an approval needs the signed delivery to keep")
         with self.factory() as session, session.begin():
+            kept = approval.record(
+                session,
+                delivery=delivery,
+                full_name=repo.full_name,
+                number=number,
+                sha=head_sha,
+                sender=sender,
+                body=signed.body,
+                signature=signed.signature,
+            )
             row = session.scalars(
                 select(PullRequest).where(
                     PullRequest.full_name == repo.full_name, PullRequest.number == number
                 )
             ).one()
-            row.approved_sha, row.approved_by = head_sha, sender
+            if current:
+                row.approved_sha, row.approved_by = head_sha, sender  # for people, never read
             base_sha, base_ref = row.base_sha, row.base_ref
+        if not kept:
+            return Outcome(413, "invalid", "labeled delivery too large to keep as an approval")
+        if not current:
+            # A late delivery for an older head: that head is approved, but it is not
+            # the PR's head any more, and the current head's runs must stay.
+            return Outcome(
+                202, "ignored", f"label was added to {head_sha[:12]}, no longer the head"
+            )
         return self._plan_pull_request(repo, number, head_sha, base_sha, base_ref)
 
     def _may_approve(self, repo: WatchedRepo, user: str) -> bool:
@@ -452,29 +557,25 @@ class WebhookHandler:
         trigger: str,
         pr_number: int | None,
     ) -> Outcome:
-        text = mirror.read_file(head, ".kernelwatch.toml")
         try:
-            config = repoconfig.parse(text)
-            classes = self._device_classes(repo, text)
+            config = repoconfig.read_at(mirror, head)  # the one read of the head's file
         except ConfigError as exc:
             for sha in targets:
                 self.reporter.send_statuses(
                     repo.full_name, sha, repo.device_classes, "error", str(exc)
                 )
             return Outcome(202, "config_error", str(exc))
-        suites = list(repo.suites or config.suites)
+        suites = list(repo.suites or config.suites.names)
+        classes = config.gpus.pick(repo.device_classes)  # [gpus] classes the server offers
         with self.factory() as session, session.begin():
             get_or_create_repository(session, repo.full_name, mirror.source)
         planned: list[tuple[str, PlannedRun]] = []
-        options = {
-            **repo.run_options(),
-            "github": {"repository": repo.full_name, "event": trigger, "pr": pr_number},
-        }
         paired = trigger == "pull_request" and repo.pr_mode == "paired"
-        if pr_number is not None:
-            options["pr"] = pr_number  # how jobs.cancel recognises a PR's runs
-        if paired:
-            options["paired"] = True  # the merge-base is built and measured in the same run
+        options = RunOptions.parse(repo.run_options()).with_(
+            github=GithubOrigin(repository=repo.full_name, event=trigger, pr=pr_number),
+            pr=pr_number,  # how jobs.cancel recognises a PR's runs
+            paired=paired,  # the merge-base is built and measured in the same run
+        )
         try:
             for dc in classes:
                 req = RunRequest(
@@ -485,9 +586,13 @@ class WebhookHandler:
                     device_class=dc,
                     trigger=trigger,
                     measure_baseline=not paired,
-                    options=dict(options),
+                    options=options,
                 )
-                batch = plan(self.factory, self.settings, self.celery, req)
+                try:
+                    batch = plan(self.factory, self.settings, self.celery, req)
+                except BrokerUnavailable as exc:  # committed, sent later: link, then 503
+                    self._link(repo, exc.planned, trigger, pr_number)
+                    raise
                 self._link(repo, batch, trigger, pr_number)
                 planned += [(dc, p) for p in batch]
         except CommitNotFound as exc:
@@ -524,23 +629,5 @@ class WebhookHandler:
                     )
                 )
 
-    @staticmethod
-    def _device_classes(repo: WatchedRepo, text: str | None) -> list[str]:
-        """Classes the repository asks for (``[gpus] classes``) that the server offers."""
-        if text is None:
-            return list(repo.device_classes)
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:  # already caught by repoconfig.parse
-            raise ConfigError(f".kernelwatch.toml: {exc}") from exc
-        gpus = data.get("gpus", {})
-        wanted = gpus.get("classes") if isinstance(gpus, dict) else None
-        if wanted is None:
-            return list(repo.device_classes)
-        if not isinstance(wanted, list) or not all(isinstance(c, str) for c in wanted):
-            raise ConfigError(".kernelwatch.toml: gpus.classes must be a list of strings")
-        offered = [c for c in wanted if c in repo.device_classes]
-        return offered or list(repo.device_classes)
 
-
-__all__ = ["Outcome", "PayloadError", "WebhookHandler", "repository_of"]
+__all__ = ["Outcome", "PayloadError", "Signed", "WebhookHandler", "repository_of"]

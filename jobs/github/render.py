@@ -6,11 +6,20 @@ tests pin them with golden files. Nothing here touches the database or GitHub.
 
 from __future__ import annotations
 
-from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase
+from kernelwatch.jobs.judging.report import error_lines
+from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
+from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict, RunVerdict
 
 COMMENT_MARKER = "<!-- kernelwatch:pr-comment -->"
-_ICON = {"success": "✅", "failure": "❌", "error": "⚠️", "pending": "⏳"}
-_CASE_ICON = {"regression": "🔴", "broken": "💥", "error": "⚠️", "improvement": "🟢"}
+_ICON = {"success": "✅", "failure": "❌", "neutral": "⚪", "error": "⚠️", "pending": "⏳"}
+_CASE_ICON: dict[str, str] = {
+    CaseVerdict.REGRESSION: "🔴",
+    CaseVerdict.LESS_ACCURATE: "🟠",
+    CaseVerdict.BROKEN: "💥",
+    CaseVerdict.ERROR: "⚠️",
+    CaseVerdict.INCONCLUSIVE: "⚪",
+    CaseVerdict.IMPROVEMENT: "🟢",
+}
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -30,6 +39,12 @@ def fmt_interval(case: MovedCase) -> str:
     if case.ci_low is None or case.ci_high is None:
         return "-"
     return f"{case.ci_low:.3f}–{case.ci_high:.3f}"
+
+
+def _clip(text: str, n: int) -> str:
+    """A table cell's share of an error (the whole text is in the gate and the dashboard)."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _case_name(case: MovedCase) -> str:
@@ -52,15 +67,21 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
         if not c.moved:
             continue
         lines += ["", f"  {c.device_class}: cases that moved"]
+        words = [verdict_label(c.device_class, m.verdict) for m in c.moved]
+        w = max(12, *(len(word) for word in words))  # CPU labels are longer
         lines.append(
-            f"    {'verdict':<12} {'ratio':>8} {'interval':>13} {'baseline':>10} {'now':>10}  case"
+            f"    {'verdict':<{w}} {'ratio':>8} {'interval':>13} {'baseline':>10} {'now':>10}  case"
         )
-        for m in c.moved:
+        for m, word in zip(c.moved, words, strict=True):
+            short = m.error and "\n" not in m.error and len(m.error) <= 60
             lines.append(
-                f"    {m.verdict:<12} {fmt_ratio(m.ratio):>8} {fmt_interval(m):>13} "
+                f"    {word:<{w}} {fmt_ratio(m.ratio):>8} "
+                f"{fmt_interval(m):>13} "
                 f"{fmt_time(m.baseline_median_s):>10} {fmt_time(m.median_s):>10}  "
-                f"{_case_name(m)}" + (f"  ({m.error[:60]})" if m.error else "")
+                f"{_case_name(m)}" + (f"  ({m.error})" if short else "")
             )
+            if m.error and not short:  # the whole message, wrapped under its case
+                lines += error_lines(m.error, "      ")
         if dashboard_url:
             lines.append(f"    {dashboard_url.rstrip('/')}{c.dashboard_path}")
     if not verdict.classes:
@@ -89,18 +110,21 @@ def _headline(verdict: CommitVerdict) -> str:
         for key, n in c.counts.items():
             totals[key] = totals.get(key, 0) + n
     overall = verdict.overall
-    if overall == "fail":
+    if overall == RunVerdict.FAIL:
         bad = [
-            f"{totals[k]} {k}" + ("s" if k == "regression" and totals[k] > 1 else "")
-            for k in ("regression", "broken")
-            if totals.get(k)
+            f"{totals[k]} {k}" + ("s" if k == CaseVerdict.REGRESSION and totals[k] > 1 else "")
+            for k in ORDER
+            if k in BLOCKING and totals.get(k)
         ]
         return f"❌ {', '.join(bad)}"
-    if overall == "error":
+    if overall == RunVerdict.ERROR:
         return "⚠️ could not judge every GPU class"
     if overall == "pending":
         return "⏳ measuring"
-    if overall == "pass":
+    if overall == RunVerdict.NEUTRAL:
+        n = totals.get(CaseVerdict.INCONCLUSIVE, 0)
+        return f"⚪ neutral: {n} inconclusive after re-measures, no regressions found"
+    if overall == RunVerdict.PASS:
         return "✅ no regressions"
     return "no runs"
 
@@ -157,9 +181,10 @@ def _moved_table(c: ClassVerdict) -> list[str]:
         "| --- | --- | ---: | --- | ---: | ---: |",
     ]
     for m in c.moved[:50]:
-        note = f" ({_md(m.error[:80])})" if m.error else ""
+        note = f" ({_md(_clip(m.error, 300))})" if m.error else ""
+        word = verdict_label(c.device_class, m.verdict)
         rows.append(
-            f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {m.verdict}"
+            f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
             f"{note} | {fmt_ratio(m.ratio)} | {fmt_interval(m)} | "
             f"{fmt_time(m.baseline_median_s)} | {fmt_time(m.median_s)} |"
         )

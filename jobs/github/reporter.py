@@ -12,9 +12,9 @@ not yet reported final, computes each commit's state per GPU class
   that moved, created once and then edited in place (its id is stored; if it was
   deleted, a new one is made).
 
-The API process runs ``reconcile`` in a loop (:class:`ReporterThread`), so GPU workers,
-which execute code from pull requests, never need the GitHub token. A worker may also
-call :func:`report_finished_run` right after a run finishes for lower latency.
+The API process runs ``reconcile`` in a loop (:class:`ReporterThread`, every 2 s by
+default), so GPU workers, which execute code from pull requests, never need the GitHub
+token, and a finished run is reported within one pass of the loop.
 Statuses already sent with the same state and description are not sent again.
 GitHub failures are logged and retried on the next pass; they never fail a run.
 """
@@ -31,9 +31,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.github import CommitStatus, PullRequest, RunLink
 from kernelwatch.db.models import Run
+from kernelwatch.jobs.github import bisect_comment
 from kernelwatch.jobs.github.client import GitHubClient, GitHubError, shorten
 from kernelwatch.jobs.github.render import COMMENT_MARKER, render_comment
-from kernelwatch.jobs.judging.verdicts import CommitVerdict, commit_verdict
+from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, commit_verdict
+from kernelwatch.kernels.verdict import CaseVerdict, excluded_effect
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,46 @@ CHECK_STATES: dict[str, tuple[str, str | None]] = {
     "pending": ("in_progress", None),
     "success": ("completed", "success"),
     "failure": ("completed", "failure"),
+    "neutral": ("completed", "neutral"),
     "error": ("completed", "failure"),
 }
+# A commit status has no neutral state: a neutral class is sent as success, its
+# description ("neutral: 2 inconclusive, ...") says which cases stayed open.
+STATUS_STATES = {"neutral": "success"}
 
 
 def context_for(device_class: str) -> str:
     return f"{CONTEXT_PREFIX}/{device_class}"
+
+
+def status_text(cv: ClassVerdict) -> str:
+    """The status description (and check-run title) of one class.
+
+    The class's own description, and for every case that stayed inconclusive after
+    its re-measures, which case and what its interval did exclude: a ``neutral``
+    status must say what is still open and how large a change could hide in it
+    ("neutral: 1 inconclusive, 9 unchanged. Inconclusive: gemm m=64 (a change
+    beyond ±3.6 % is excluded)"). Whether inconclusive is neutral, fail or pass is
+    the run's verdict (``KW_INCONCLUSIVE_POLICY``, applied by analysis); under
+    ``pass`` or ``fail`` the open cases are named all the same.
+    """
+    open_cases = [m for m in cv.moved if m.verdict == CaseVerdict.INCONCLUSIVE]
+    if not open_cases:
+        return cv.description
+    parts = []
+    for m in open_cases:
+        name = shorten(f"{m.kernel} {m.label}".strip(), 48)
+        effect = (
+            excluded_effect(m.ci_low, m.ci_high)
+            if m.ci_low is not None and m.ci_high is not None
+            else None
+        )
+        parts.append(
+            f"{name} (a change beyond ±{effect * 100:.1f} % is excluded)"
+            if effect is not None
+            else f"{name} (no interval)"
+        )
+    return f"{cv.description}. Inconclusive: {'; '.join(parts)}"
 
 
 def _last_status(session: Session, full_name: str, sha: str, context: str) -> CommitStatus | None:
@@ -125,7 +161,9 @@ class Reporter:
                 details_url=target_url,
             )
         elif self.github is not None:
-            self.github.create_status(full_name, sha, state, context, description, target_url)
+            self.github.create_status(
+                full_name, sha, STATUS_STATES.get(state, state), context, description, target_url
+            )
         with self.factory() as session, session.begin():
             row = _last_status(session, full_name, sha, context)
             if row is None:
@@ -168,6 +206,8 @@ class Reporter:
                     self.report_commit(full_name, sha)
                 except GitHubError as exc:
                     log.warning("reporting %s@%s failed, will retry: %s", full_name, sha[:12], exc)
+            # bisections' culprits: a commit comment each, once (jobs/github/bisect_comment.py)
+            bisect_comment.send_pending(self.factory, self.github, self.settings.dashboard_url)
             return len(pending)
 
     def report_commit(self, full_name: str, sha: str) -> CommitVerdict:
@@ -203,7 +243,7 @@ class Reporter:
                 sha,
                 cv.device_class,
                 cv.state,
-                cv.description,
+                status_text(cv),
                 self.url(cv.dashboard_path),
                 summary,
             )
@@ -296,30 +336,4 @@ class ReporterThread(threading.Thread):
         self.join(timeout)
 
 
-def report_finished_run(factory: sessionmaker[Session], settings: Settings, run_id: int) -> None:
-    """Optional hook for the worker: report right after ``run_id`` finished.
-
-    Reports every unfinished GitHub-linked commit of the run's repository (the run may
-    have been a baseline others were waiting for). Never raises: reporting must not
-    fail a run, and the API's reporter loop catches up on anything missed.
-    """
-    try:
-        if not settings.github_token:
-            return
-        with factory() as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                return
-            exists = session.scalar(select(RunLink.id).where(RunLink.done.is_(False)).limit(1))
-        if exists is None:
-            return
-        github = GitHubClient(settings.github_token, settings.github_api_url, max_retries=2)
-        try:
-            Reporter(factory, settings, github).reconcile()
-        finally:
-            github.close()
-    except Exception:
-        log.exception("reporting after run %s failed", run_id)
-
-
-__all__ = ["Reporter", "ReporterThread", "context_for", "report_finished_run"]
+__all__ = ["Reporter", "ReporterThread", "context_for", "status_text"]

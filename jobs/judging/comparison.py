@@ -1,21 +1,25 @@
 """Comparing two sets of timing samples: ratio of medians, its interval, a rank test.
 
 ``compare`` answers "is the candidate slower than the baseline, by how much, and
-how sure are we?" with a bootstrap interval of the ratio of medians and a
-one-sided Mann-Whitney U test (normal approximation with tie correction). No
-scipy: numpy is enough and keeps the worker light.
+how sure are we?" for two runs measured separately (the unpaired path; the
+merge gate's paired path judges inside ``kernels/paired.py``). The interval is
+the bootstrap of the ratio of medians (``bootstrap.py``, shared with the
+dashboard); the verdict is THE rule (``kernels/verdict.py``) applied to it. The
+one-sided Mann-Whitney p-values (scipy) are reported beside it, not part of the
+decision: one rule, one interval.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from scipy.stats import mannwhitneyu
 
-Verdict = Literal["regression", "improvement", "unchanged", "inconclusive"]
+from kernelwatch.jobs.judging.bootstrap import bootstrap_ratio
+from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, Decision, decide
 
 
 @dataclass(frozen=True)
@@ -25,88 +29,42 @@ class Comparison:
     ci_high: float
     p_slower: float  # one-sided p-value that the candidate is slower
     p_faster: float
-    verdict: Verdict
+    decision: Decision
+
+    @property
+    def verdict(self) -> CaseVerdict:
+        return self.decision.verdict
 
 
 def mann_whitney_p(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> tuple[float, float]:
-    """One-sided p-values (b > a, b < a) of the Mann-Whitney U test."""
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
+    """One-sided p-values (b > a, b < a) of the Mann-Whitney U test (tie-corrected)."""
+    if len(a) == 0 or len(b) == 0:
         return 1.0, 1.0
-    both = np.concatenate([a, b])
-    order = both.argsort(kind="mergesort")
-    ranks = np.empty(len(both))
-    sorted_vals = both[order]
-    i = 0
-    tie_term = 0.0
-    while i < len(both):
-        j = i
-        while j + 1 < len(both) and sorted_vals[j + 1] == sorted_vals[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        t = j - i + 1
-        tie_term += t**3 - t
-        i = j + 1
-    u_b = ranks[n1:].sum() - n2 * (n2 + 1) / 2
-    mean = n1 * n2 / 2
-    n = n1 + n2
-    var = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
-    if var <= 0:
-        return 1.0, 1.0
-    z_up = (u_b - mean - 0.5) / math.sqrt(var)
-    z_down = (u_b - mean + 0.5) / math.sqrt(var)
-    return _sf(z_up), 1 - _sf(z_down)
-
-
-def bootstrap_ratio_ci(
-    base: npt.NDArray[np.float64],
-    cand: npt.NDArray[np.float64],
-    level: float,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(cand) / median(base)."""
-    rng = np.random.default_rng(seed)
-    bi = rng.integers(0, len(base), size=(n_boot, len(base)))
-    ci = rng.integers(0, len(cand), size=(n_boot, len(cand)))
-    ratios = np.median(cand[ci], axis=1) / np.median(base[bi], axis=1)
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(ratios, [alpha, 1 - alpha])
-    return float(lo), float(hi)
+    if np.ptp(np.concatenate([a, b])) == 0:
+        return 1.0, 1.0  # all equal: no evidence either way
+    up = mannwhitneyu(b, a, alternative="greater", method="asymptotic").pvalue
+    down = mannwhitneyu(b, a, alternative="less", method="asymptotic").pvalue
+    return float(up), float(down)
 
 
 def compare(
     base_samples: list[float],
     cand_samples: list[float],
-    threshold: float = 0.05,
-    confidence: float = 0.99,
+    threshold: float = MIN_EFFECT,
+    confidence: float = CONFIDENCE,
+    *,
+    reliable: bool = True,
 ) -> Comparison:
-    """Verdict on cand vs base: a change counts when it exceeds ``threshold`` with confidence."""
+    """Verdict on cand vs base: the rule applied to the bootstrap interval of the ratio."""
     base = np.asarray(base_samples, dtype=float)
     cand = np.asarray(cand_samples, dtype=float)
     if len(base) < 2 or len(cand) < 2:
         raise ValueError("need at least two samples on each side")
-    ratio = float(np.median(cand) / np.median(base))
-    lo, hi = bootstrap_ratio_ci(base, cand, confidence)
+    interval = bootstrap_ratio(base_samples, cand_samples, confidence)
+    ratio, lo, hi = interval if interval is not None else (math.nan, math.nan, math.nan)
     p_slower, p_faster = mann_whitney_p(base, cand)
-    alpha = 1 - confidence
-    verdict: Verdict
-    if ratio >= 1 + threshold and lo > 1 and p_slower < alpha:
-        verdict = "regression"
-    elif ratio <= 1 / (1 + threshold) and hi < 1 and p_faster < alpha:
-        verdict = "improvement"
-    elif (
-        1 / (1 + threshold) < lo
-        and hi < 1 + threshold
-        or abs(ratio - 1) < threshold
-        and (p_slower >= alpha and p_faster >= alpha)
-    ):
-        verdict = "unchanged"
-    else:
-        verdict = "inconclusive"
-    return Comparison(ratio, lo, hi, p_slower, p_faster, verdict)
+    decision = decide(ratio, lo, hi, threshold, reliable=reliable)
+    return Comparison(ratio, lo, hi, p_slower, p_faster, decision)
 
 
-def _sf(z: float) -> float:
-    """Upper tail of the standard normal."""
-    return 0.5 * math.erfc(z / math.sqrt(2))
+__all__ = ["Comparison", "compare", "mann_whitney_p"]

@@ -7,9 +7,11 @@ last ``WINDOW`` measurements of each of the run's cases on that GPU class go
 through ``kernelwatch detect``'s detector (``jobs/judging/detect.py``). A regression
 step is recorded as a ``Regression`` of kind ``changepoint`` at the commit where
 the new level starts, once, with its magnitude and p-value; the dashboard lists
-it with the pairwise ones. The detector needs ``min_segment`` points on each
-side, so a step is confirmed a few commits after it happened; that delay is the
-price of not alarming on one noisy point.
+it with the pairwise ones and its Trends page draws exactly these rows. The smallest
+step recorded is the gate's minimum effect (the run's threshold, 1 % by default:
+``kernels/verdict.py``), so history and the gate agree on what is worth a flag. The
+detector needs ``min_segment`` points on each side, so a step is confirmed a few
+commits after it happened; that delay is the price of not alarming on one noisy point.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Commit, Regression, Result, Run
 from kernelwatch.jobs.judging.detect import detect
+from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
 WINDOW = 60
 HISTORY_TRIGGERS = ("push", "nightly", "manual", "backfill")
+CHANGEPOINT = "changepoint"  # the Regression kind of a step found in the history
 
 
-def scan_run(session: Session, run: Run, min_effect: float) -> list[Regression]:
+def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list[Regression]:
     """Record new change points in the histories of ``run``'s cases; returns them."""
     if run.trigger not in HISTORY_TRIGGERS or run.status != "succeeded" or run.commit is None:
         return []
@@ -70,7 +74,7 @@ def scan_run(session: Session, run: Run, min_effect: float) -> list[Regression]:
     for case_id, points in series.items():
         points.sort()  # oldest first
         for cp in detect([p[1] for p in points], lower_is_better=True, min_effect=min_effect):
-            if cp.direction != "regression":
+            if cp.direction != CaseVerdict.REGRESSION.value:
                 continue
             _, _, at_run, sha = points[cp.index]
             exists = session.scalar(
@@ -83,7 +87,7 @@ def scan_run(session: Session, run: Run, min_effect: float) -> list[Regression]:
             reg = Regression(
                 run_id=at_run,
                 case_id=case_id,
-                kind="changepoint",
+                kind=CHANGEPOINT,
                 ratio=1 + cp.magnitude,
                 p_value=cp.p_value,
                 detail=(

@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Case, Result, Run
+from kernelwatch.jobs.judging.verdicts import plumbing_only
+from kernelwatch.kernels.units import ratio_text
+from kernelwatch.kernels.verdict import MOVED
 
-MOVED = ("regression", "improvement", "broken", "error")
+# Width of wrapped error text: whole messages, never cut (issue 18: ~60 characters was).
+WRAP = 100
+
+
+def error_lines(text: str | None, indent: str = "    ") -> list[str]:
+    """The whole of an error (a traceback, pip's message), each line wrapped to ``WRAP``.
+
+    Blank lines are dropped; nothing is cut. ``show``, ``gate`` and the PR comment's
+    details read errors through here.
+    """
+    out: list[str] = []
+    for line in (text or "").strip().splitlines():
+        if not line.strip():
+            continue
+        lead = line[: len(line) - len(line.lstrip())]
+        out += textwrap.wrap(
+            line.strip(),
+            WRAP,
+            initial_indent=indent + lead,
+            subsequent_indent=indent + lead + "  ",
+            break_long_words=True,
+            break_on_hyphens=False,
+        )
+    return out
 
 
 def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[str, Any]:
@@ -42,7 +70,11 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
             }
         )
     commit = run.commit
+    extra: dict[str, Any] = {}
+    if run.options.bisection_id is not None:  # a step of a bisection names it
+        extra["bisection"] = _bisection(session, run.options.bisection_id)
     return {
+        **extra,
         "id": run.id,
         "repository": run.repository.name,
         "commit": commit.sha if commit else None,
@@ -59,24 +91,49 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
     }
 
 
+def _bisection(session: Session, bisection_id: int) -> dict[str, Any]:
+    """The bisection a step run belongs to, as ``show`` names it."""
+    row = session.get(Bisection, bisection_id)
+    if row is None:
+        return {"id": bisection_id}
+    return {
+        "id": row.id,
+        "status": row.status,
+        "good": row.good_sha,
+        "bad": row.bad_sha,
+        "culprit": row.culprit_sha,
+    }
+
+
 def format_run(summary: dict[str, Any]) -> str:
     head = (
         f"run {summary['id']}  {summary['repository']}@{(summary['commit'] or '-')[:12]}  "
         f"status={summary['status']}  verdict={summary['verdict']}  worker={summary['worker']}"
     )
     lines = [head]
+    b = summary.get("bisection")
+    if b:
+        lines.append(
+            f"  step of bisection {b['id']} ({b.get('status', '?')}, "
+            f"{str(b.get('good') or '')[:12]}..{str(b.get('bad') or '')[:12]}"
+            + (f", culprit {str(b['culprit'])[:12]}" if b.get("culprit") else "")
+            + "): never this commit's gate result"
+        )
     if summary["message"]:
         lines.append(f"  {summary['message']}")
     if summary["error"]:
-        lines.append(f"  error: {summary['error'].splitlines()[0] if summary['error'] else ''}")
+        lines.append("  error:")
+        lines += error_lines(summary["error"], "    ")
     if summary["cases"]:
-        lines.append(f"  {'kernel':<10} {'status':<6} {'verdict':<12} {'median':>11} {'ratio':>7}")
+        lines.append(f"  {'kernel':<10} {'status':<6} {'verdict':<12} {'median':>11}  ratio")
     for c in summary["cases"]:
         med = f"{c['median_s'] * 1e3:.3f} ms" if c["median_s"] else "-"
-        ratio = f"{c['ratio']:.3f}" if c["ratio"] else "-"
-        extra = f"  {c['error'][:60]}" if c["error"] else ""
+        lo, hi = c["ratio_ci"] or (None, None)
+        ratio = ratio_text(c["ratio"], lo, hi) if c["ratio"] else "-"
+        if c["ratio"] and plumbing_only(str(summary.get("device_class", "")), c["verdict"] or ""):
+            ratio += "  CPU: plumbing only"
         lines.append(
-            f"  {c['kernel']:<10} {c['status']:<6} {c['verdict'] or '-':<12} {med:>11} "
-            f"{ratio:>7}{extra}"
+            f"  {c['kernel']:<10} {c['status']:<6} {c['verdict'] or '-':<12} {med:>11}  {ratio}"
         )
+        lines += error_lines(c["error"], "      ")
     return "\n".join(lines)

@@ -3,12 +3,12 @@
 The per-case and per-run verdicts come from :mod:`kernelwatch.jobs.judging.analysis`; this
 module turns the runs of one commit into what a gate needs:
 
-- per GPU class, a commit-status state (``pending | success | failure | error``) and a
-  one-line description;
-- for the whole commit, ``pass | fail | error | pending | none`` (``kernelwatch gate``
-  maps these to exit codes);
-- the cases that moved (regression, improvement, broken, error) with ratio, interval
-  and both medians.
+- per GPU class, a state (``pending | success | failure | neutral | error``; ``neutral``:
+  a case stayed inconclusive, see ``KW_INCONCLUSIVE_POLICY``) and a one-line description;
+- for the whole commit, ``pass | fail | neutral | error | pending | none``
+  (``kernelwatch gate`` maps these to exit codes);
+- the cases that moved (``kernels.verdict.MOVED``: regression, less_accurate, broken,
+  error, inconclusive, improvement) with ratio, interval and both medians.
 
 A run that passed without a baseline it was supposed to have (the baseline could not
 be built or measured) is an ``error``, not a pass: nothing was compared. Rendering
@@ -25,9 +25,10 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.github import RunLink
 from kernelwatch.db.models import FINAL_STATES, Case, Commit, Repository, Result, Run
+from kernelwatch.kernels.record import paired_section
+from kernelwatch.kernels.verdict import COMPARED, MOVED, ORDER, TIMING, CaseVerdict, RunVerdict
 
-MOVED = ("regression", "broken", "error", "improvement")
-FINAL_STATUS_STATES = ("success", "failure", "error")
+FINAL_STATUS_STATES = ("success", "failure", "neutral", "error")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class ClassVerdict:
     """The state of one GPU class for one commit, as a commit status shows it."""
 
     device_class: str
-    state: str  # pending | success | failure | error
+    state: str  # pending | success | failure | neutral | error
     description: str
     run_id: int
     run_status: str
@@ -81,11 +82,12 @@ class CommitVerdict:
 
     @property
     def overall(self) -> str:
-        """``none`` (no runs), ``pending``, ``fail``, ``error`` or ``pass``.
+        """``none`` (no runs), ``pending``, ``fail``, ``error``, ``neutral`` or ``pass``.
 
         A regression or broken case anywhere is ``fail`` even if another class errored:
         a definite finding is the more useful answer. Pending wins over both, because
-        a class still measuring may change the answer.
+        a class still measuring may change the answer. ``neutral`` (a case stayed
+        inconclusive) only where nothing worse happened.
         """
         if not self.classes:
             return "none"
@@ -93,10 +95,12 @@ class CommitVerdict:
         if "pending" in states:
             return "pending"
         if "failure" in states:
-            return "fail"
+            return RunVerdict.FAIL
         if "error" in states:
-            return "error"
-        return "pass"
+            return RunVerdict.ERROR
+        if "neutral" in states:
+            return RunVerdict.NEUTRAL
+        return RunVerdict.PASS
 
 
 def class_verdict(session: Session, run: Run) -> ClassVerdict:
@@ -124,19 +128,26 @@ def class_verdict(session: Session, run: Run) -> ClassVerdict:
         key = result.verdict or ("new" if result.status == "pass" else result.status)
         counts[key] = counts.get(key, 0) + 1
     moved = _moved(session, run, results)
-    compared = sum(v for k, v in counts.items() if k in _COMPARED)
-    if run.verdict == "fail":
-        state, description = "failure", summarize(counts)
-    elif run.verdict == "error":
-        state, description = "error", summarize(counts)
-    elif run.baseline_sha and run.baseline_run_id is None and not run.options.get("paired"):
+    compared = sum(v for k, v in counts.items() if k in COMPARED)
+    # a CPU run's timing words say where they were measured ("1 slower on CPU")
+    shown = {_CPU_WORDS.get(k, k) if plumbing_only(run.device_class, k) else k: n
+             for k, n in counts.items()}  # fmt: skip
+    if run.verdict == RunVerdict.FAIL:
+        state, description = "failure", summarize(shown)
+    elif run.verdict == RunVerdict.ERROR:
+        state, description = "error", summarize(shown)
+    elif run.verdict == RunVerdict.NEUTRAL:
+        state, description = "neutral", f"neutral: {summarize(shown)}"
+    elif run.baseline_sha and run.baseline_run_id is None and not run.options.paired:
         state = "error"
         description = f"nothing compared: baseline {run.baseline_sha[:12]} has no good measurement"
     elif not run.baseline_sha and compared == 0:
         state = "success"
         description = f"first measurement: {len(results)} cases, nothing to compare with"
     else:
-        state, description = "success", summarize(counts)
+        state, description = "success", summarize(shown)
+    if shown != counts:
+        description += " (CPU timings: plumbing only)"
     return _make(run, state, description, counts, moved)
 
 
@@ -156,15 +167,20 @@ def _make(
         run_verdict=run.verdict,
         baseline_sha=run.baseline_sha,
         baseline_run_id=run.baseline_run_id,
-        confidence=_float(run.options.get("confidence")),
+        confidence=run.options.confidence,
         counts=counts or {},
         moved=moved,
-        paired=bool(run.options.get("paired")),
+        paired=run.options.paired,
     )
 
 
-_COMPARED = ("regression", "improvement", "unchanged", "inconclusive")
-_ORDER = ("regression", "broken", "error", "improvement", "inconclusive", "unchanged", "new")
+_ORDER = (*ORDER, "new")
+_CPU_WORDS = {
+    CaseVerdict.REGRESSION.value: "slower on CPU",
+    CaseVerdict.IMPROVEMENT.value: "faster on CPU",
+    CaseVerdict.INCONCLUSIVE.value: "inconclusive on CPU",
+}
+_PLURAL = (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT, CaseVerdict.ERROR)
 
 
 def summarize(counts: dict[str, int]) -> str:
@@ -173,7 +189,7 @@ def summarize(counts: dict[str, int]) -> str:
     for key in (*_ORDER, *sorted(set(counts) - set(_ORDER))):
         n = counts.get(key, 0)
         if n:
-            noun = key + ("s" if key in ("regression", "improvement", "error") and n > 1 else "")
+            noun = key + ("s" if key in _PLURAL and n > 1 else "")
             parts.append(f"{n} {noun}")
     return ", ".join(parts) if parts else "no cases measured"
 
@@ -188,7 +204,7 @@ def _moved(
                 select(Result.case_id, Result.median_s).where(Result.run_id == run.baseline_run_id)
             ).all()
         )
-    rank = {v: i for i, v in enumerate(MOVED)}
+    rank: dict[str, int] = {v.value: i for i, v in enumerate(MOVED)}
     rows = [(r, c) for r, c in results if r.verdict in MOVED]
     rows.sort(
         key=lambda rc: (
@@ -207,13 +223,18 @@ def _moved(
             ratio=result.ratio,
             ci_low=result.ratio_ci_low,
             ci_high=result.ratio_ci_high,
-            baseline_median_s=base_medians.get(result.case_id)
-            or _float((result.record.get("paired") or {}).get("baseline_median")),
+            baseline_median_s=base_medians.get(result.case_id) or _paired_baseline_median(result),
             median_s=result.median_s,
-            error=_first_line(result.error),
+            error=(result.error or "").strip(),  # whole: the gate wraps it, never cuts it
         )
         for result, case in rows
     )
+
+
+def _paired_baseline_median(result: Result) -> float | None:
+    """The baseline's time of a paired case (measured in the same run, not stored apart)."""
+    paired = paired_section(result.record)
+    return _float(paired.baseline_median) if paired is not None else None
 
 
 def latest_per_class(runs: Iterable[Run]) -> list[Run]:
@@ -250,9 +271,33 @@ def runs_of_commit(session: Session, repository_ids: Sequence[int], sha: str) ->
         .where(Run.repository_id.in_(repository_ids), Run.status != "cancelled")
     )
     q = q.where(Commit.sha == sha) if len(sha) >= 40 else q.where(Commit.sha.startswith(sha))
-    runs = list(session.scalars(q.order_by(Run.id)))
+    # a bisection's step runs measure a commit against someone else's good build: never
+    # the commit's gate result (``RunOptions.bisection_id``)
+    found = [r for r in session.scalars(q.order_by(Run.id)) if r.options.bisection_id is None]
+    runs = _deciding(found)
     compared = {r.device_class for r in runs if r.baseline_sha}
     return [r for r in runs if r.baseline_sha or r.device_class not in compared]
+
+
+def _deciding(runs: list[Run]) -> list[Run]:
+    """The runs allowed to decide the gate, per GPU class (issue 18).
+
+    A manual run (``kernelwatch run`` without ``--gate``) is someone trying something: where
+    the class has a push, PR or ``--gate`` run, the manual ones are left out, so a mistyped
+    suite cannot turn a PASS into an ERROR. Where only manual runs exist they count, but a
+    re-run still in flight does not hide a finished one (a measured commit is not reset to
+    pending).
+    """
+    out: list[Run] = []
+    for cls in sorted({r.device_class for r in runs}):
+        mine = [r for r in runs if r.device_class == cls]
+        gating = [r for r in mine if r.trigger != "manual" or r.options.gate]
+        if gating:
+            out += gating
+            continue
+        final = [r for r in mine if r.status in FINAL_STATES and r.status != "cancelled"]
+        out += final or mine
+    return sorted(out, key=lambda r: r.id)
 
 
 def repository_ids(session: Session, name: str) -> list[int]:
@@ -271,6 +316,35 @@ def repository_ids(session: Session, name: str) -> list[int]:
         )
     )
     return sorted(ids)
+
+
+def plumbing_only(device_class: str, verdict: str) -> bool:
+    """Whether a case's verdict is a CPU timing: shown, never with a GPU's authority.
+
+    CPU timings prove the plumbing (design.md); correctness found on the CPU is real.
+    Where ``KW_CPU_TIMING_GATES`` makes CPU timings gate, they are reported as any other.
+    """
+    return device_class == "cpu" and verdict in TIMING and not _cpu_timings_gate()
+
+
+def _cpu_timings_gate() -> bool:
+    from kernelwatch.db.config import get_settings
+
+    return get_settings().cpu_timing_gates
+
+
+def verdict_label(device_class: str, verdict: str) -> str:
+    """The verdict word as tables print it: ``slower on CPU (plumbing only)`` for a CPU
+    regression, the word itself elsewhere."""
+    if not plumbing_only(device_class, verdict):
+        return verdict
+    what = {
+        CaseVerdict.REGRESSION: "slower",
+        CaseVerdict.IMPROVEMENT: "faster",
+        CaseVerdict.INCONCLUSIVE: "inconclusive",
+        CaseVerdict.UNCHANGED: "unchanged",
+    }[CaseVerdict(verdict)]
+    return f"{what} on CPU (plumbing only)"
 
 
 def _first_line(text: str | None) -> str:
@@ -294,7 +368,9 @@ __all__ = [
     "class_verdict",
     "commit_verdict",
     "latest_per_class",
+    "plumbing_only",
     "repository_ids",
     "runs_of_commit",
     "summarize",
+    "verdict_label",
 ]

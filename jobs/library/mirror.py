@@ -2,18 +2,26 @@
 
 Every git call is an argument list (never a shell string), so a repository URL
 or branch name cannot inject commands; sources that look like options, and
-git's ``ext::`` transport, are refused. Mirrors live in the data directory, one
-per source, guarded by a file lock so several worker processes can share them.
+git's ``ext::`` transport, are refused. And git itself never runs code a
+repository could have planted: hooks are off (``core.hooksPath=/dev/null``, so
+a ``<mirror>/hooks/post-checkout`` written by some build is never run), system
+and global configuration are ignored (no ``~/.gitconfig`` with its own
+``core.hooksPath``, ``core.fsmonitor`` or ``url.insteadOf``), and the environment
+holds ``PATH`` and an empty ``$HOME`` only, never the worker's secrets. Mirrors
+live in the data directory, one per source, guarded by a file lock so several
+worker processes can share them.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +36,49 @@ _SAFE_ENV = {
     "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+# before any subcommand: what a repository's or a user's config could turn into code
+SAFE_OPTIONS = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "protocol.ext.allow=never",
+)
+
+
+def git_env() -> dict[str, str]:
+    """The environment of every git the worker runs: PATH, locale, an empty $HOME."""
+    return {**tool_env(), **_SAFE_ENV}
+
+
+def tool_env(base: Mapping[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
+    """The environment of the worker's *own* tools (git, pip) that touch repository data.
+
+    Only ``PATH`` and the locale survive; ``HOME`` is an empty directory, so no
+    ``~/.gitconfig`` (``core.hooksPath``, ``url.insteadOf``) or ``pip.conf`` that
+    code under test may once have written is read, and no secret is passed on.
+    """
+    base = os.environ if base is None else base
+    env = {k: base[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in base}
+    env["HOME"] = str(home or empty_home())
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INPUT="1",
+        PYTHONNOUSERSITE="1",
+    )
+    return env
+
+
+@functools.cache
+def empty_home() -> Path:
+    """A directory that stays empty: the ``$HOME`` of the worker's git and pip."""
+    path = Path(tempfile.mkdtemp(prefix="kw-empty-home-"))
+    path.chmod(0o555)
+    return path
 
 
 @dataclass(frozen=True)
@@ -41,10 +92,10 @@ class CommitInfo:
 
 def git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> str:
     """Run git with an argument list; raise with git's own message on failure."""
-    env = {**os.environ, **_SAFE_ENV}
+    env = git_env()
     try:
         proc = subprocess.run(
-            ["git", *args],
+            ["git", *SAFE_OPTIONS, *args],
             cwd=cwd,
             env=env,
             capture_output=True,

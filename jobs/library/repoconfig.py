@@ -1,20 +1,23 @@
-"""``.kernelwatch.toml``: what a library repository tells kernelwatch about itself.
+"""The one reader of ``.kernelwatch.toml``: what a library repository tells kernelwatch.
 
-Read at the commit under test. Example::
+Read once per commit under test (:func:`read_at`) by the webhook handler (which
+suites and GPU classes to plan) and by the worker (how to build, what to run, which
+thresholds); both get the same :class:`RepoConfig` (``config_model.py``). Example::
 
     [library]
     name = "tinykern"
     module = "tinykern"        # module exposing the kernels the suites call
 
     [install]
-    recipe = "pip"             # "pip" (pip install --no-deps --target ENV .), "pythonpath"
-                               # (import from the checkout), or "command"
-    command = ["python", "setup.py", "build_ext", "--inplace"]   # argv, recipe = "command"
-    env = { MAX_JOBS = "16" }
-    timeout_s = 1800
+    recipe = "pip"             # pip | pythonpath | command (argument lists, never a shell)
+    env = { OMP_NUM_THREADS = "1" }
+
+    [gpus]
+    classes = ["h100", "h200"] # those the server offers; default: all it offers
 
     [suites]
     names = ["basic"]
+    kernels = ["softmax", "rmsnorm"]   # only these kernels of the suites (default: all)
 
     [thresholds]
     regression = 0.05          # relative slowdown that counts, per repository
@@ -28,189 +31,188 @@ Read at the commit under test. Example::
     params = "*seq=128*"       # fnmatch on the case label ("dtype=float16, seq=128")
     regression = 0.10
 
-A bad file becomes a ConfigError with the parser's message, never a crash.
-Commands are argument lists: no shell ever sees them.
+``[install]`` build profiles are in ``docs/suites.md`` ("Build recipes and profiles").
+A bad file is a ``ConfigError`` whose message names the file, the key and what is
+allowed (``.kernelwatch.toml: unknown table [suite]; did you mean [suites]?``),
+never a crash and never a silent default.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import difflib
 import tomllib
-from dataclasses import dataclass, field
-from typing import Any
+import types
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from kernelwatch.jobs.errors import ConfigError
+from kernelwatch.jobs.library.config_model import (
+    DEFAULT_PROFILE,
+    FROM_FILE,
+    OWN_ERROR,
+    RECIPES,
+    CaseThreshold,
+    InstallRecipe,
+    RepoConfig,
+    Thresholds,
+    shown,
+)
 
-RECIPES = ("pip", "pythonpath", "command")
+if TYPE_CHECKING:
+    from kernelwatch.jobs.library.mirror import Mirror
 
+FILE = ".kernelwatch.toml"
 
-@dataclass(frozen=True)
-class InstallRecipe:
-    recipe: str = "pip"
-    command: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    timeout_s: float | None = None
-
-
-@dataclass(frozen=True)
-class CaseThreshold:
-    """A threshold for the cases whose kernel and label match these fnmatch patterns."""
-
-    regression: float
-    kernel: str = "*"
-    params: str = "*"
-
-    def matches(self, kernel: str, label: str) -> bool:
-        return fnmatch.fnmatchcase(kernel, self.kernel) and fnmatch.fnmatchcase(label, self.params)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Regression thresholds: per case pattern, then per suite, then the default."""
-
-    default: float
-    suites: dict[str, float] = field(default_factory=dict)
-    cases: tuple[CaseThreshold, ...] = ()
-
-    def for_case(self, suite: str, kernel: str, label: str) -> float:
-        for rule in self.cases:
-            if rule.matches(kernel, label):
-                return rule.regression
-        return self.suites.get(suite, self.default)
-
-    def smallest(self) -> float:
-        """The most sensitive threshold: what a paired measurement must resolve."""
-        return min([self.default, *self.suites.values(), *(c.regression for c in self.cases)])
-
-    def to_options(self) -> dict[str, Any]:
-        return {
-            "suites": dict(self.suites),
-            "cases": [
-                {"kernel": c.kernel, "params": c.params, "regression": c.regression}
-                for c in self.cases
-            ],
-        }
-
-    @classmethod
-    def from_options(cls, default: float, data: dict[str, Any] | None) -> Thresholds:
-        data = data or {}
-        return cls(
-            default=default,
-            suites={str(k): float(v) for k, v in (data.get("suites") or {}).items()},
-            cases=tuple(
-                CaseThreshold(
-                    regression=float(c["regression"]),
-                    kernel=str(c.get("kernel", "*")),
-                    params=str(c.get("params", "*")),
-                )
-                for c in data.get("cases") or []
-            ),
-        )
+_TYPE_WORDS = {
+    "string_type": "a string",
+    "float_type": "a number",
+    "int_type": "a whole number",
+    "bool_type": "true or false",
+    "tuple_type": "a list",
+    "list_type": "a list",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+}
 
 
-@dataclass(frozen=True)
-class RepoConfig:
-    library_name: str | None = None
-    module: str | None = None
-    install: InstallRecipe = field(default_factory=InstallRecipe)
-    suites: tuple[str, ...] = ("basic",)
-    regression_threshold: float | None = None
-    confidence: float | None = None
-    suite_thresholds: dict[str, float] = field(default_factory=dict)
-    case_thresholds: tuple[CaseThreshold, ...] = ()
+def read_at(mirror: Mirror, sha: str) -> RepoConfig:
+    """The configuration of commit ``sha`` (defaults when it has no file)."""
+    return parse(mirror.read_file(sha, FILE))
 
 
-def parse(text: str | None, *, default_recipe: str = "pip") -> RepoConfig:
+def parse(text: str | None) -> RepoConfig:
     """Parse the file's text (None: no file → defaults)."""
     if text is None:
-        return RepoConfig(install=InstallRecipe(recipe=default_recipe))
+        return RepoConfig()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f".kernelwatch.toml: {exc}") from exc
+        raise ConfigError(f"{FILE}: {exc}") from exc
     try:
-        return _build(data, default_recipe)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise ConfigError(f".kernelwatch.toml: {exc}") from exc
+        return RepoConfig.model_validate(data, context={FROM_FILE: True})
+    except ValidationError as exc:
+        raise ConfigError(f"{FILE}: {describe(exc, RepoConfig)}") from exc
 
 
-def _build(data: dict[str, Any], default_recipe: str) -> RepoConfig:
-    lib = _table(data, "library")
-    inst = _table(data, "install")
-    suites = _table(data, "suites")
-    thr = _table(data, "thresholds")
-    recipe = str(inst.get("recipe", default_recipe))
-    if recipe not in RECIPES:
-        raise ValueError(f"install.recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
-    command = inst.get("command", [])
-    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
-        raise ValueError("install.command must be a list of strings (an argv, not a shell line)")
-    if recipe == "command" and not command and not inst.get("commands"):
-        raise ValueError("install.recipe = 'command' needs install.command")
-    env = inst.get("env", {})
-    if not isinstance(env, dict):
-        raise ValueError("install.env must be a table of strings")
-    names = suites.get("names", ["basic"])
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ValueError("suites.names must be a non-empty list of suite names")
-    threshold = thr.get("regression")
-    if threshold is not None:
-        _fraction(threshold, "thresholds.regression")
-    unknown = set(thr) - {"regression", "confidence", "suites", "cases"}
-    if unknown:
-        raise ValueError(f"[thresholds]: unknown keys {sorted(unknown)}")
-    per_suite = _table(thr, "suites")
-    suite_thresholds = {
-        str(k): _fraction(v, f"thresholds.suites.{k}") for k, v in per_suite.items()
-    }
-    rules = thr.get("cases", [])
-    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
-        raise ValueError("thresholds.cases must be an array of tables ([[thresholds.cases]])")
-    case_thresholds = []
-    for i, rule in enumerate(rules):
-        extra = set(rule) - {"kernel", "params", "regression"}
-        if extra or "regression" not in rule:
-            raise ValueError(
-                f"thresholds.cases[{i}] takes kernel, params (fnmatch patterns) and regression"
-            )
-        case_thresholds.append(
-            CaseThreshold(
-                regression=_fraction(rule["regression"], f"thresholds.cases[{i}].regression"),
-                kernel=str(rule.get("kernel", "*")),
-                params=str(rule.get("params", "*")),
-            )
-        )
-    confidence = thr.get("confidence")
-    if confidence is not None and not 0.5 <= float(confidence) < 1:
-        raise ValueError("thresholds.confidence must lie in [0.5, 1)")
-    module = lib.get("module")
-    if module is not None and not str(module).replace(".", "").replace("_", "").isalnum():
-        raise ValueError(f"library.module is not a module name: {module!r}")
-    return RepoConfig(
-        library_name=lib.get("name"),
-        module=module,
-        install=InstallRecipe(
-            recipe=recipe,
-            command=tuple(command),
-            env={str(k): str(v) for k, v in env.items()},
-            timeout_s=float(inst["timeout_s"]) if "timeout_s" in inst else None,
-        ),
-        suites=tuple(names),
-        regression_threshold=float(threshold) if threshold is not None else None,
-        confidence=float(confidence) if confidence is not None else None,
-        suite_thresholds=suite_thresholds,
-        case_thresholds=tuple(case_thresholds),
-    )
+def parse_install(table: dict[str, Any], where: str) -> InstallRecipe:
+    """An ``[install]`` table from elsewhere (server config over the repository's)."""
+    try:
+        return InstallRecipe.model_validate(table, context={FROM_FILE: True})
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {describe(exc, InstallRecipe, ('install',))}") from exc
 
 
-def _fraction(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10:
-        raise ValueError(f"{where} must be a positive fraction such as 0.05, not {value!r}")
-    return float(value)
+def describe(exc: ValidationError, root: type[BaseModel], prefix: tuple[str, ...] = ()) -> str:
+    """Every problem of a validation, one clause each, keys spelt as in the file."""
+    seen: list[str] = []
+    for err in exc.errors(include_url=False):
+        text = _message(err, root, prefix)
+        if text not in seen:
+            seen.append(text)
+    return "; ".join(seen)
 
 
-def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ValueError(f"[{key}] must be a table")
-    return value
+def _message(err: ErrorDetails, root: type[BaseModel], prefix: tuple[str, ...]) -> str:
+    rel = tuple(err["loc"])
+    loc = prefix + rel
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == OWN_ERROR and ctx.get("unknown"):
+        return _unknown((*loc, ctx["unknown"]), _model_at(root, rel), bool(ctx.get("table")))
+    if kind == OWN_ERROR:
+        key = str(ctx.get("key") or "")
+        why = str(ctx.get("why", err["msg"])).replace("{table}", _key(loc))
+        return f"{_key((*loc, key) if key else loc)} {why}"
+    if kind == "extra_forbidden":
+        return _unknown(loc, _model_at(root, rel[:-1]), isinstance(err["input"], dict))
+    if kind == "missing":
+        table = _model_at(root, rel[:-1])
+        takes = f"; {_table(loc[:-1])} takes {', '.join(table.file_keys())}" if table else ""
+        return f"{_key(loc)} is missing{takes}"
+    if kind in _TYPE_WORDS:
+        return f"{_key(loc)} must be {_TYPE_WORDS[kind]}, got {shown(err['input'])}"
+    return f"{_key(loc)}: {err['msg']}"
+
+
+def _unknown(loc: tuple[Any, ...], table: type[BaseModel] | None, is_table: bool) -> str:
+    name = str(loc[-1])
+    allowed = table.file_keys() if table is not None and hasattr(table, "file_keys") else []
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+    if len(loc) == 1 and is_table:
+        if close:
+            return f"unknown table [{name}]; did you mean [{close[0]}]?"
+        return f"unknown table [{name}]; the tables are " + ", ".join(f"[{k}]" for k in allowed)
+    if len(loc) == 1:
+        hint = f"; did you mean [{close[0]}]?" if close else ""
+        return f"unknown key {name} (keys of the file are tables){hint}"
+    what = f"unknown table [{_key(loc)}]" if is_table else f"unknown key {_key(loc)}"
+    if close and is_table:
+        close = [f"[{_key((*loc[:-1], close[0]))}]"]
+    hint = f"; did you mean {close[0]}?" if close else ";"
+    return f"{what}{hint} {_table(loc[:-1])} takes {', '.join(allowed)}"
+
+
+def _key(loc: Sequence[Any]) -> str:
+    """A location as the file spells it: ``thresholds.cases[0].regression``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _table(loc: Sequence[Any]) -> str:
+    """The table header a location sits under: ``[install]``, ``[[thresholds.cases]]``."""
+    if loc and isinstance(loc[-1], int):
+        return f"[[{_key(loc[:-1])}]]"
+    return f"[{_key(loc)}]"
+
+
+def _model_at(root: type[BaseModel], path: Sequence[Any]) -> type[Any] | None:
+    """The table model at ``path`` inside ``root``, by walking the field annotations."""
+    ann: Any = root
+    for part in path:
+        ann = _unwrap(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            field = ann.model_fields.get(str(part))
+            if field is None:
+                return None
+            ann = field.annotation
+        elif get_origin(ann) is tuple:
+            ann = get_args(ann)[0]
+        elif get_origin(ann) is dict:
+            ann = get_args(ann)[1]
+        else:
+            return None
+    ann = _unwrap(ann)
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def _unwrap(ann: Any) -> Any:
+    """``Annotated[X, ...]`` and ``X | None`` → ``X``."""
+    while True:
+        origin = get_origin(ann)
+        if origin is Annotated:
+            ann = get_args(ann)[0]
+        elif origin in (Union, types.UnionType):
+            ann = next(a for a in get_args(ann) if a is not type(None))
+        else:
+            return ann
+
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "FILE",
+    "RECIPES",
+    "CaseThreshold",
+    "InstallRecipe",
+    "RepoConfig",
+    "Thresholds",
+    "describe",
+    "parse",
+    "parse_install",
+    "read_at",
+]

@@ -108,6 +108,18 @@ def worker_argv(
     return argv
 
 
+def queue_depth(app: Celery, queue: str) -> int:
+    """Messages waiting in ``queue`` (every priority level); raises if the broker is down.
+
+    Connects at most twice, so a reconcile pass during a broker outage fails fast
+    instead of blocking on kombu's reconnect-forever default.
+    """
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1)
+        # kombu has no public size call; both transports kernelwatch uses implement this.
+        return int(conn.default_channel._size(queue))
+
+
 def enqueue_run(app: Celery, run_id: int, queue: str, trigger: str = "manual") -> None:
     """Send a run to its device-class queue; call only after the run row is committed."""
     app.send_task(

@@ -47,7 +47,7 @@ def superseded(
     """Active runs of pull request ``pr`` for commits other than ``head_sha``.
 
     Runs of ``head_sha``'s baselines (and of ``keep``) are kept: the new head still
-    needs them. Runs belong to a PR when planning stored ``options["pr"]``.
+    needs them. Runs belong to a PR when planning stored ``options.pr``.
     """
     runs = list(
         session.scalars(
@@ -67,11 +67,7 @@ def superseded(
 
 
 def _pr_of(run: Run) -> int | None:
-    value = run.options.get("pr")
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    return run.options.pr
 
 
 def cancel_runs(

@@ -4,7 +4,7 @@ A push webhook, a PR webhook for the same head and a manual ``kernelwatch run``
 often ask for the same measurement within minutes. A request joins an existing
 run when everything that decides the numbers is equal: repository, commit, suites
 (in any order), device class, the options that change what is measured
-(``MEASUREMENT_OPTIONS``) and the baseline (verdicts are per run, so a PR's
+(``db/run_options.py:MEASUREMENT``) and the baseline (verdicts are per run, so a PR's
 merge-base comparison cannot reuse a push's first-parent comparison).
 
 Only ``queued`` and ``running`` runs are joined by default: a finished run is a
@@ -30,15 +30,17 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.run_options import RunOptions
 from kernelwatch.jobs.planning.broker import PRIORITY
 
 ACTIVE_STATES = ("queued", "running")
-MEASUREMENT_OPTIONS = ("bench_args", "case_timeout_s", "suites_explicit", "size", "paired")
 MAX_JOINED = 50
 
+Options = RunOptions | Mapping[str, Any] | None
 
-def measurement_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: (options or {})[k] for k in MEASUREMENT_OPTIONS if k in (options or {})}
+
+def measurement_options(options: Options) -> dict[str, Any]:
+    return RunOptions.parse(options).measurement()
 
 
 def request_key(
@@ -46,7 +48,7 @@ def request_key(
     sha: str,
     suites: Iterable[str],
     device_class: str,
-    options: Mapping[str, Any] | None = None,
+    options: Options = None,
     baseline_sha: str | None = None,
 ) -> str:
     """A stable digest of everything that decides what a run measures and compares."""
@@ -78,7 +80,7 @@ def find_joinable(
     sha: str,
     suites: Iterable[str],
     device_class: str,
-    options: Mapping[str, Any] | None = None,
+    options: Options = None,
     baseline_sha: str | None = None,
     *,
     states: Iterable[str] = ACTIVE_STATES,
@@ -115,8 +117,8 @@ def join(run: Run, trigger: str, requester: Mapping[str, Any] | None = None) -> 
     Returns True when the run is still queued and the new request outranks every
     earlier one: the planner should enqueue it again at the new priority.
     """
-    joined = list(run.options.get("joined", []))
+    joined = list(run.options.joined)
     before = max([PRIORITY.get(run.trigger, 5)] + [PRIORITY.get(j["trigger"], 5) for j in joined])
     joined.append({"trigger": trigger, **(requester or {})})
-    run.options = {**run.options, "joined": joined[-MAX_JOINED:]}
+    run.options = run.options.with_(joined=joined[-MAX_JOINED:])
     return run.status == "queued" and PRIORITY.get(trigger, 5) > before

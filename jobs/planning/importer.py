@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.store import get_or_create_repository, store_record, upsert_commit
 from kernelwatch.jobs.errors import ConfigError
 from kernelwatch.jobs.judging.analysis import analyze_ready
@@ -35,9 +35,12 @@ class ImportRequest:
     device_class: str
     parent: str | None = None  # the commit (label) to compare with
     message: str = ""
+    # when the records were measured (the run's times); None: now. A dataset measured
+    # days ago keeps its dates on the dashboard instead of all reading "today".
+    measured_at: datetime | None = None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[ResultRecord]:
     """The records of a JSON-lines file, each checked against the result schema."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -48,11 +51,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-            ResultRecord.from_dict(data)
-        except (ValueError, TypeError) as exc:
+            record = ResultRecord.from_dict(json.loads(line))
+        except ValueError as exc:  # RecordError and JSONDecodeError are ValueErrors
             raise ConfigError(f"{path}:{number}: not a result record: {exc}") from exc
-        records.append(data)
+        records.append(record)
     if not records:
         raise ConfigError(f"{path}: no records")
     return records
@@ -61,8 +63,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def import_records(factory: sessionmaker[Session], settings: Settings, req: ImportRequest) -> int:
     """Store the records as one finished run of ``req.commit``; returns the run id."""
     records = read_records(req.path)
-    suites = sorted({str(r["suite"]) for r in records})
-    now = datetime.now(UTC)
+    suites = sorted({r.suite for r in records})
+    now = req.measured_at or datetime.now(UTC)
+    # Records of ``bench-paired`` carry their verdict measured interleaved with the
+    # baseline; judging them against another run's samples would throw that away.
+    paired = all(r.paired is not None for r in records)
     with factory() as session, session.begin():
         repo = get_or_create_repository(session, req.repository, req.repository)
         if req.parent is not None:
@@ -89,7 +94,7 @@ def import_records(factory: sessionmaker[Session], settings: Settings, req: Impo
             queue="import",
             worker="import",
             baseline_sha=req.parent,
-            options={"imported_from": str(req.path), "records": len(records)},
+            options=RunOptions(imported_from=str(req.path), records=len(records), paired=paired),
             created=now,
             started=now,
             finished=now,

@@ -1,25 +1,37 @@
 """Turning "measure these commits" into run rows and queued messages.
 
 Resolves revisions through the repository mirror, records commits with their
-parents, chooses each run's baseline (first parent, or an explicit one), adds a
-run for a baseline that has none, commits, and only then enqueues.
+parents and first-parent depth (their place in the branch's history, so plots and
+change points follow git's order, not the order commits happened to be planned in),
+chooses each run's baseline (first parent, or an explicit one), adds a run for a
+baseline that has none, commits, and only then enqueues.
+
+Every run to send is noted in the outbox (``db/outbox.py``) in the same
+transaction; the note is removed once the broker took the message. When the broker
+is down the runs stay committed with their note, :class:`BrokerUnavailable` is
+raised (the webhook answers 503), and the reconciler or a redelivered request that
+joins the run sends it later: a planned run is never left without a message.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernelwatch.db import outbox
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Commit, Repository, Run
+from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.store import get_or_create_repository, latest_run_for, upsert_commit
-from kernelwatch.jobs.errors import KernelwatchError
+from kernelwatch.jobs.errors import CommitNotFound, InfrastructureError, KernelwatchError
 from kernelwatch.jobs.library import libspec
-from kernelwatch.jobs.library.mirror import Mirror, repository_name
+from kernelwatch.jobs.library.mirror import Mirror, git, repository_name
 from kernelwatch.jobs.planning import dedup
 from kernelwatch.jobs.planning.broker import enqueue_run
 from kernelwatch.jobs.planning.queues import queue_for
@@ -35,10 +47,18 @@ class RunRequest:
     device_class: str = "cpu"
     trigger: str = "manual"
     measure_baseline: bool = True
-    options: dict[str, Any] = field(default_factory=dict)
+    # Each planned run's options; a mapping (the CLI's) is validated into RunOptions here.
+    options: RunOptions | Mapping[str, Any] = field(default_factory=RunOptions)
     # Released versions (``name==version``), compared in the order given, exactly as
     # commits are: each version's baseline is the one before it (or ``baseline``).
     versions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.options = RunOptions.parse(self.options)  # an unknown key fails here
+
+    @property
+    def run_options(self) -> RunOptions:
+        return RunOptions.parse(self.options)
 
 
 @dataclass
@@ -60,7 +80,13 @@ def plan(
         range_base: str | None = None
         if req.range:
             range_base = mirror.resolve(req.range.split("..", 1)[0])
-            targets += mirror.range(req.range)
+            in_range = mirror.range(req.range)
+            if not in_range:  # ``main..old``: a reversed range is a mistake, not "nothing"
+                raise CommitNotFound(
+                    f"range {req.range} has no commits (A..B is every commit after A up to "
+                    "B: is it reversed?)"
+                )
+            targets += in_range
         explicit_baseline = mirror.resolve(req.baseline) if req.baseline else None
     except KernelwatchError as exc:
         _record_error(factory, req, str(exc))
@@ -75,7 +101,14 @@ def plan(
         for sha in targets:
             info = mirror.info(sha)
             upsert_commit(
-                session, repo, sha, info.parents, info.message, info.author, info.committed_at
+                session,
+                repo,
+                sha,
+                info.parents,
+                info.message,
+                info.author,
+                info.committed_at,
+                generation=first_parent_depth(mirror, sha),
             )
             baselines[sha] = explicit_baseline or (info.parents[0] if info.parents else None)
         # Baselines that are not measured yet get a run of their own, measured first.
@@ -87,10 +120,19 @@ def plan(
                 break
             existing = latest_run_for(session, repo.id, b, req.device_class, req.suites)
             if existing is not None and existing.status not in ("error", "failed"):
+                if outbox.is_pending(session, existing.id):  # its first send failed
+                    to_enqueue.append((existing.id, existing.queue))
                 continue
             info = mirror.info(b)
             upsert_commit(
-                session, repo, b, info.parents, info.message, info.author, info.committed_at
+                session,
+                repo,
+                b,
+                info.parents,
+                info.message,
+                info.author,
+                info.committed_at,
+                generation=first_parent_depth(mirror, b),
             )
             run = _new_run(session, repo, b, None, req)
             planned.append(PlannedRun(run.id, b, run.status, is_baseline=True))
@@ -101,19 +143,20 @@ def plan(
                 continue
             seen.add(sha)
             joined = dedup.find_joinable(
-                session, repo.id, sha, req.suites, req.device_class, req.options, baselines[sha]
+                session, repo.id, sha, req.suites, req.device_class, req.run_options, baselines[sha]
             )
             if joined is not None:  # the same measurement is already queued or running
-                if dedup.join(joined, req.trigger):
+                # Re-send when the request outranks the run, or when its first send
+                # never reached the broker (a webhook redelivered after a 503).
+                if dedup.join(joined, req.trigger) or outbox.is_pending(session, joined.id):
                     to_enqueue.append((joined.id, joined.queue))
                 planned.append(PlannedRun(joined.id, sha, joined.status))
                 continue
             run = _new_run(session, repo, sha, baselines[sha], req)
             planned.append(PlannedRun(run.id, sha, run.status))
             to_enqueue.append((run.id, run.queue))
-    if app is not None:
-        for run_id, queue in to_enqueue:
-            enqueue_run(app, run_id, queue, req.trigger)
+        _note_sends(session, app, to_enqueue, req.trigger)
+    _send_planned(factory, app, to_enqueue, req.trigger, planned)
     return planned
 
 
@@ -126,7 +169,7 @@ def plan_versions(
     try:
         specs = [libspec.parse_version_spec(v) for v in req.versions]
         baseline = libspec.parse_version_spec(req.baseline) if req.baseline else None
-        libspec.parse_index(req.options.get("index_url"), req.options.get("find_links"))
+        libspec.parse_index(req.run_options.index_url, req.run_options.find_links)
     except KernelwatchError as exc:
         _record_error(factory, req, str(exc))
         raise
@@ -150,10 +193,77 @@ def plan_versions(
             planned.append(PlannedRun(run.id, sha, run.status, is_baseline=is_base))
             to_enqueue.append((run.id, run.queue))
             previous = sha
-    if app is not None:
-        for run_id, queue in to_enqueue:
-            enqueue_run(app, run_id, queue, req.trigger)
+        _note_sends(session, app, to_enqueue, req.trigger)
+    _send_planned(factory, app, to_enqueue, req.trigger, planned)
     return planned
+
+
+class BrokerUnavailable(InfrastructureError):
+    """The runs are committed but the broker refused their messages; they are sent later.
+
+    ``planned``: the runs of the request, committed all the same (a webhook still
+    links them to the commit, so their statuses are reported once they ran).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.planned: list[PlannedRun] = []
+
+
+def _send_planned(
+    factory: sessionmaker[Session],
+    app: Celery | None,
+    sends: list[tuple[int, str]],
+    trigger: str,
+    planned: list[PlannedRun],
+) -> None:
+    try:
+        send_noted(factory, app, sends, trigger)
+    except BrokerUnavailable as exc:
+        exc.planned = planned
+        raise
+
+
+def _note_sends(
+    session: Session, app: Celery | None, sends: list[tuple[int, str]], trigger: str
+) -> None:
+    if app is not None:  # without a broker nobody sends: nothing to note
+        for run_id, queue in sends:
+            outbox.add(session, run_id, queue, trigger)
+
+
+def send_noted(
+    factory: sessionmaker[Session], app: Celery | None, sends: list[tuple[int, str]], trigger: str
+) -> None:
+    """Send committed runs and clear their outbox notes; BrokerUnavailable if any failed."""
+    if app is None or not sends:
+        return
+    done: list[int] = []
+    failure: Exception | None = None
+    for run_id, queue in sends:
+        try:
+            enqueue_run(app, run_id, queue, trigger)
+        except Exception as exc:  # kombu/redis raise several types for "broker down"
+            failure = exc
+            break
+        done.append(run_id)
+    with factory() as session, session.begin():
+        outbox.sent(session, done)
+    if failure is not None:
+        raise BrokerUnavailable(
+            f"broker unreachable ({type(failure).__name__}: {failure}); "
+            f"{len(sends) - len(done)} planned runs will be sent when it is back"
+        ) from failure
+
+
+def first_parent_depth(mirror: Mirror, sha: str) -> int:
+    """How many commits the first-parent chain of ``sha`` has (itself included).
+
+    A commit's place in its branch's history, from git alone: the same for every
+    planner and every order of planning, unlike a counter of insertions.
+    """
+    out = git("--git-dir", str(mirror.path), "rev-list", "--count", "--first-parent", sha)
+    return int(out.strip())
 
 
 def version_sha(key: str) -> str:
@@ -179,7 +289,7 @@ def _new_run(
         baseline_sha=baseline,
         device_class=req.device_class,
         queue=queue_for(req.device_class),
-        options=dict(req.options),
+        options=req.run_options,
     )
     session.add(run)
     session.flush()
@@ -191,10 +301,21 @@ def _order(mirror: Mirror, sha: str) -> int:
 
 
 def _record_error(factory: sessionmaker[Session], req: RunRequest, message: str) -> None:
-    """A request that cannot even be planned is still recorded, with its reason."""
+    """A request that cannot even be planned is recorded, with its reason, on its repository.
+
+    Only on a repository already known: a source that never resolved (a mistyped path,
+    a directory that is not git) must not leave a repository row behind (issue 18); the
+    caller raises the error to whoever asked, so it is not lost.
+    """
+    from sqlalchemy import select
+
     with factory() as session, session.begin():
-        name = repository_name(req.source) or "unknown"
-        repo = get_or_create_repository(session, name, req.source)
+        local = str(Path(req.source).expanduser().resolve()) if "://" not in req.source else ""
+        repo = session.scalars(
+            select(Repository).where(Repository.source.in_({req.source, local})).limit(1)
+        ).first()
+        if repo is None:
+            return
         run = Run(
             repository_id=repo.id,
             suites=list(req.suites),
@@ -204,6 +325,6 @@ def _record_error(factory: sessionmaker[Session], req: RunRequest, message: str)
             device_class=req.device_class,
             queue=queue_for(req.device_class),
             error=message,
-            options={**req.options, "requested": req.commits or [req.range]},
+            options=req.run_options.with_(requested=req.commits or [req.range]),
         )
         session.add(run)

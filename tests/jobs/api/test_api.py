@@ -186,7 +186,8 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def api_process(sqlite_url: str, tmp_path: Path) -> Iterator[str]:
+def api_started(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A real ``kernelwatch api`` process on loopback, answering ``/healthz``."""
     port = free_port()
     env = {
         **os.environ,
@@ -208,11 +209,16 @@ def api_process(sqlite_url: str, tmp_path: Path) -> Iterator[str]:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        yield url
+        yield proc, url
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode in (0, -15), out
+
+
+@pytest.fixture
+def api_process(api_started: tuple[subprocess.Popen[bytes], str]) -> str:
+    return api_started[1]
 
 
 def test_kernelwatch_api_command_serves_on_loopback(api_process: str) -> None:
@@ -255,3 +261,38 @@ def test_metrics_live_workers_and_gpu_busy_fraction(sqlite_url: str, tmp_path: P
     assert 'kernelwatch_workers{device_class="h100",state="idle"} 1.0' in text  # "old" is gone
     line = next(x for x in text.splitlines() if x.startswith("kernelwatch_gpu_busy_fraction"))
     assert abs(float(line.split()[-1]) - 45 / 120) < 0.01
+
+
+def test_the_api_process_never_loads_torch(
+    api_started: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    """Planning a webhook names a queue (``gpu.h200``); that must not cost torch."""
+    proc, url = api_started
+    body = json.dumps(load_payload("ping")).encode()
+    r = httpx.post(
+        url + "/webhooks/github",
+        content=body,
+        headers={"X-GitHub-Event": "ping", "X-GitHub-Delivery": "torchless-1",
+                 "X-Hub-Signature-256": sign(SECRET, body),
+                 "Content-Type": "application/json"},
+    )  # fmt: skip
+    assert r.status_code == 200
+    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    assert os.path.realpath(sys.executable) in maps  # the API's own process, alive
+    assert "libtorch" not in maps and "torch/_C" not in maps
+
+
+def test_the_webhook_and_planning_modules_import_without_torch() -> None:
+    """The same promise by ``sys.modules``: every module the API process loads to plan."""
+    code = (
+        "import sys\n"
+        "import kernelwatch.jobs.api.app, kernelwatch.jobs.github.events\n"
+        "import kernelwatch.jobs.planning.plan, kernelwatch.jobs.planning.queues\n"
+        "from kernelwatch.jobs.planning.queues import local_device_class, queue_for\n"
+        "queue_for(local_device_class())\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

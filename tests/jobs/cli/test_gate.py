@@ -192,6 +192,7 @@ def test_gate_command_line(db_url: str, tmp_path: Path) -> None:
     proc = run_cli("gate", "--repo", "acme/kernels", "--sha", HEAD, env=env, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "regression" in proc.stdout and "softmax" in proc.stdout
+    assert proc.stderr.startswith("kernelwatch gate: fail: ")  # every non-zero exit says why
     bad = run_cli("gate", "--repo", "acme/kernels", "--sha", "HEAD;id", env=env, timeout=120)
     assert bad.returncode == 2 and "hex" in bad.stderr
 

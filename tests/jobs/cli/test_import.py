@@ -31,7 +31,9 @@ def test_the_h200_records_import_as_runs_and_compare(tmp_path: Path) -> None:
     )  # fmt: skip
     assert second.returncode == 0, second.stderr
     summary = json.loads(second.stdout)
-    assert summary["status"] == "succeeded" and summary["verdict"] in ("pass", "fail")
+    # judged: two unpaired runs on two cards may leave a case inconclusive, which the
+    # default policy (issue 13) makes the run neutral rather than silently green
+    assert summary["status"] == "succeeded" and summary["verdict"] in ("pass", "fail", "neutral")
     factory = sessionmaker(bind=make_engine(url))
     with factory() as s:
         runs = s.scalars(select(Run).order_by(Run.id)).all()

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.migrate import upgrade
-from kernelwatch.db.models import Commit, Result, Run
+from kernelwatch.db.models import Commit, Repository, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
-from kernelwatch.jobs.demo.pipeline import start_worker, wait_for_runs
+from kernelwatch.jobs.cli.processes import start_worker
+from kernelwatch.jobs.demo.pipeline import wait_for_runs
 from kernelwatch.jobs.errors import CommitNotFound, SourceError
 from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
 from kernelwatch.jobs.planning.plan import RunRequest, plan, plan_versions
@@ -68,13 +69,19 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     worker.wait(timeout=30)
 
 
-def test_source_that_is_not_a_repository_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
+def test_source_that_is_not_a_repository_raises_and_leaves_no_rows(
+    env: Env, tmp_path: Path
+) -> None:
+    """Issue 18 changed this on purpose: an unresolved source used to be recorded as an
+    error run on a new repository row (junk ``notgit`` repositories); the error now goes
+    to the caller only, and a known repository still gets its error run."""
+    with env.factory() as s:
+        before = s.scalars(select(Run.id)).all()
     with pytest.raises(SourceError, match="not a git repository"):
         env.plan(str(tmp_path), ["HEAD"])
     with env.factory() as s:
-        run = s.scalars(select(Run).order_by(Run.id.desc())).first()
-        assert run is not None and run.status == "error"
-        assert "not a git repository" in run.error
+        assert s.scalars(select(Run.id)).all() == before
+        assert s.scalars(select(Repository).where(Repository.name == tmp_path.name)).first() is None
 
 
 def test_commit_that_does_not_exist_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
@@ -105,6 +112,23 @@ def test_library_whose_install_fails_is_failed_with_its_build_log(env: Env, tmp_
     assert "install failed" in run.error
     assert "-m pip install" in run.build_log and "TOMLDecodeError" in run.build_log
     assert run.verdict == "error"
+
+
+def test_cli_run_wait_exits_2_with_a_message_when_the_install_fails(
+    env: Env, tmp_path: Path
+) -> None:
+    """A run that ends ``failed`` is no pass: ``run --wait`` says so (design.md codes)."""
+    src = tmp_path / "brokenlib2"
+    files = library_files("brokenlib2", GOOD_INIT)
+    files["pyproject.toml"] = "[build-system\nthis is not toml"
+    sha = make_repo(src, files)
+    proc = run_cli(
+        "run", str(src), "--commit", sha, "--no-baseline-run", "--wait", "--timeout", "300",
+        env={"KW_DATA_DIR": str(env.settings.data_dir)},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "failed" in proc.stdout
+    assert "kernelwatch run: error: run " in proc.stderr and "failed/error" in proc.stderr
 
 
 def test_raising_hanging_and_crashing_kernels_each_cost_one_case(env: Env, tmp_path: Path) -> None:

@@ -38,11 +38,21 @@ INIT = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul,
 class Api:
     """The application under test plus what a test needs to look at."""
 
-    def __init__(self, root: Path, fake: FakeGitHub, repos: dict[str, WatchedRepo]) -> None:
-        url = f"sqlite:///{root / 'kw.db'}"
+    def __init__(
+        self,
+        root: Path,
+        fake: FakeGitHub,
+        repos: dict[str, WatchedRepo],
+        *,
+        url: str | None = None,
+        max_body_bytes: int = 256 * 1024,
+        broker_url: str | None = None,
+    ) -> None:
+        url = url or f"sqlite:///{root / 'kw.db'}"
         self.settings = Settings(
             data_dir=root / "kwdata",
             database_url=url,
+            broker_url=broker_url,
             webhook_secret=SECRET,
             dashboard_url="https://kw.example.com",
         )
@@ -59,7 +69,7 @@ class Api:
             make_celery(self.settings),
             self.github,
             repos=repos,
-            max_body_bytes=256 * 1024,
+            max_body_bytes=max_body_bytes,
             reporter_interval_s=None,
         )
         self.client = TestClient(self.app)
@@ -331,7 +341,7 @@ def test_push_plans_the_head_against_its_first_parent(api: Api, source: dict[str
     assert set(by_sha) == {source["A"], source["B"]}  # A measured as B's baseline
     assert by_sha[source["B"]].baseline_sha == source["A"]
     assert by_sha[source["B"]].trigger == "push" and by_sha[source["B"]].queue == "cpu"
-    assert by_sha[source["B"]].options["bench_args"] == ["--kernel", "softmax", "--budget", "0.1"]
+    assert by_sha[source["B"]].options.bench_args == ["--kernel", "softmax", "--budget", "0.1"]
     status = api.fake.latest_status(FULL, source["B"], "kernelwatch/cpu")
     assert status is not None and status["state"] == "pending"
     assert status["target_url"].startswith("https://kw.example.com/?page=run&run=")
@@ -394,7 +404,7 @@ def test_a_pr_is_one_paired_run_against_the_merge_base_by_default(
     [run] = [r for r in api.runs() if r.commit]
     assert run.commit is not None and run.commit.sha == source["C"]
     assert run.baseline_sha == source["A"]  # the merge-base, built inside the same run
-    assert run.options["paired"] is True and run.options["pr"] == 7
+    assert run.options.paired is True and run.options.pr == 7
 
 
 def test_same_repo_pr_is_measured_against_the_merge_base(api: Api, source: dict[str, str]) -> None:
@@ -560,16 +570,21 @@ def _paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     return out
 
 
+@pytest.mark.postgres
 def test_signed_mutated_deliveries_never_cause_a_server_error(
-    api: Api, source: dict[str, str]
+    tmp_path: Path, fake: FakeGitHub, source: dict[str, str], db_url: str
 ) -> None:
-    """Hypothesis: real payloads with fields replaced by arbitrary JSON, correctly signed."""
+    """Hypothesis: real payloads with fields replaced by arbitrary JSON, correctly signed,
+    on SQLite and on PostgreSQL (which refuses NUL, lone surrogates and 2^31 itself)."""
     from hypothesis import HealthCheck, example, given, settings
     from hypothesis import strategies as st
 
+    api = Api(tmp_path, fake, watched(source), url=db_url)
+    nasty = st.sampled_from(["\x00", "a\x00b", "\ud800", "x" * 300, 2**31, 2**63, -1])
     json_values = st.recursive(
         st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-        | st.text(max_size=30) | st.sampled_from([source["A"], source["C"], "0" * 40, "../x"]),
+        | st.text(max_size=30) | nasty
+        | st.sampled_from([source["A"], source["C"], "0" * 40, "../x"]),
         lambda children: st.lists(children, max_size=3)
         | st.dictionaries(st.text(max_size=8), children, max_size=3),
         max_leaves=6,

@@ -22,7 +22,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.session import engine_for
 from kernelwatch.jobs.api import create_app
 from kernelwatch.jobs.cli.gate import gate
-from kernelwatch.jobs.demo.pipeline import start_worker
+from kernelwatch.jobs.cli.processes import start_worker
 from kernelwatch.jobs.github.client import GitHubClient
 from kernelwatch.jobs.github.watched import parse_repos
 from kernelwatch.jobs.planning.broker import make_celery

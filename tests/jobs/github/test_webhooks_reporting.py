@@ -7,6 +7,7 @@ the reporter's pass sends statuses and the comment to the loopback GitHub.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,8 +18,9 @@ from sqlalchemy import select
 
 from kernelwatch.db.github import CommitStatus, PullRequest, RunLink
 from kernelwatch.db.models import Case, Commit, Result, Run
+from kernelwatch.jobs.github.client import GitHubClient
 from kernelwatch.jobs.github.render import COMMENT_MARKER
-from kernelwatch.jobs.github.reporter import report_finished_run
+from kernelwatch.jobs.github.reporter import Reporter, ReporterThread
 from tests.fake_github import FakeGitHub, Fault
 from tests.helpers import git, make_repo
 from tests.jobs.github.test_webhooks import (
@@ -189,21 +191,34 @@ def test_github_outage_is_retried_on_the_next_pass(api: Api, source: dict[str, s
     assert st is not None and st["state"] == "success"
 
 
-def test_worker_hook_reports_without_raising(api: Api, source: dict[str, str]) -> None:
+def test_the_reporter_loop_reports_a_finished_run_and_survives_a_broken_github(
+    api: Api, source: dict[str, str]
+) -> None:
+    """What replaced the worker's optional hook: the API's loop reports every finished
+    run, and an unreachable GitHub is logged, never raised, and caught up on later."""
     api.post("pull_request", pr_payload(source))
     finish(api, source["A"])
     finish(api, source["C"])
-    settings = api.settings.model_copy(
-        update={"github_token": "test-token", "github_api_url": api.fake.url}
-    )
-    with api.factory() as s:
-        run_id = s.scalars(select(Run.id).join(Commit).where(Commit.sha == source["C"])).one()
-    report_finished_run(api.factory, settings, run_id)
+    settings = api.ctx.reporter.settings
+    broken = GitHubClient("test-token", "http://127.0.0.1:9", backoff_s=0.01, max_retries=1)
+    try:
+        Reporter(api.factory, settings, broken).reconcile()  # must not raise
+    finally:
+        broken.close()
     st = api.fake.latest_status(FULL, source["C"], "kernelwatch/cpu")
+    assert st is None or st["state"] != "success"
+    loop = ReporterThread(api.ctx.reporter, interval_s=0.05)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = api.fake.latest_status(FULL, source["C"], "kernelwatch/cpu")
+            if st is not None and st["state"] == "success":
+                break
+            time.sleep(0.05)
+    finally:
+        loop.stop()
     assert st is not None and st["state"] == "success"
-    # and a broken GitHub never raises into the worker
-    bad = settings.model_copy(update={"github_api_url": "http://127.0.0.1:9"})
-    report_finished_run(api.factory, bad, run_id)
 
 
 def test_check_runs_carry_the_verdict_table_when_configured(

@@ -1,13 +1,19 @@
+"""The one reader of ``.kernelwatch.toml``: defaults, every table, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
 import pytest
 
 from kernelwatch.jobs.errors import ConfigError
-from kernelwatch.jobs.library.repoconfig import Thresholds, parse
+from kernelwatch.jobs.library.repoconfig import Thresholds, parse, parse_install
 
 
 def test_defaults_without_a_file() -> None:
     cfg = parse(None)
-    assert cfg.install.recipe == "pip" and cfg.suites == ("basic",)
-    assert cfg.regression_threshold is None
+    assert cfg.install.recipe == "pip" and cfg.suites.names == ("basic",)
+    assert cfg.thresholds.regression is None
 
 
 def test_full_file() -> None:
@@ -25,10 +31,11 @@ names = ["basic", "attention"]
 [thresholds]
 regression = 0.02
 """)
-    assert cfg.module == "flash_attn_interface"
-    assert cfg.install.command == ("python", "setup.py", "build_ext", "--inplace")
+    assert cfg.library.module == "flash_attn_interface"
+    # install.command (one argv) is the one-command spelling of install.commands
+    assert cfg.install.commands == (("python", "setup.py", "build_ext", "--inplace"),)
     assert cfg.install.env == {"MAX_JOBS": "16"} and cfg.install.timeout_s == 900
-    assert cfg.suites == ("basic", "attention") and cfg.regression_threshold == 0.02
+    assert cfg.suites.names == ("basic", "attention") and cfg.thresholds.regression == 0.02
 
 
 @pytest.mark.parametrize(
@@ -43,7 +50,7 @@ regression = 0.02
         ('[thresholds.suites]\ndecode = "fast"', "thresholds.suites.decode"),
         ("[[thresholds.cases]]\nkernel = 'a*'", "takes kernel, params"),
         ("[[thresholds.cases]]\nregression = 0.1\nshell = 'x'", "takes kernel, params"),
-        ("[thresholds]\nregresion = 0.1", "unknown keys"),
+        ("[thresholds]\nregresion = 0.1", "unknown key"),
     ],
 )
 def test_bad_files_are_config_errors(text: str, needle: str) -> None:
@@ -65,7 +72,7 @@ regression = 0.2
 kernel = "attention*"
 regression = 0.1
 """)
-    t = Thresholds(cfg.regression_threshold or 0.05, cfg.suite_thresholds, cfg.case_thresholds)
+    t = cfg.thresholds.overrides(cfg.thresholds.regression or 0.05)
     assert t.for_case("prefill", "attention", "causal=True, seq=128") == 0.2  # first match
     assert t.for_case("prefill", "attention_varlen", "seq=4096") == 0.1
     assert t.for_case("decode", "decode_paged", "batch=64") == 0.02
@@ -73,3 +80,133 @@ regression = 0.1
     assert t.smallest() == 0.02
     # what a run stores in its options and analysis reads back
     assert Thresholds.from_options(0.05, t.to_options()) == t
+
+
+# ------------------------------------------------------------------ one model, clear errors
+
+FA3 = Path(__file__).resolve().parents[3] / "docs" / "flash-attention.kernelwatch.toml"
+
+
+def _error(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    return str(info.value)
+
+
+def test_a_misspelt_table_is_an_error_with_a_suggestion_not_the_default_suite() -> None:
+    assert _error('[suite]\nnames = ["decode"]\n') == (
+        ".kernelwatch.toml: unknown table [suite]; did you mean [suites]?"
+    )
+    assert _error("[flags]\nx = 1\n") == (
+        ".kernelwatch.toml: unknown table [flags]; the tables are "
+        "[library], [install], [gpus], [suites], [thresholds]"
+    )
+    assert "did you mean [suites]?" in _error("suite = 3\n")  # a top-level key, not a table
+
+
+def test_an_unknown_recipe_names_the_allowed_ones() -> None:
+    assert _error('[install]\nrecipe = "conda"\n') == (
+        '.kernelwatch.toml: install.recipe "conda" is not one of pip, pythonpath, command'
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[thresholds]\nregression = "5%"', 'thresholds.regression must be a number, got "5%"'),
+        ("[thresholds]\nregression = true", "thresholds.regression must be a number, got true"),
+        ("[library]\nname = 3", "library.name must be a string, got 3"),
+        ('[gpus]\nclasses = "h100"', 'gpus.classes must be a non-empty list of names, got "h100"'),
+        (
+            "[suites]\nkernels = ['rmsnorm', 3]",
+            "suites.kernels must be a list of non-empty strings",
+        ),
+        ('install = "pip"', 'install must be a table, got "pip"'),
+        ("[install]\nenv = { A = [1] }", "install.env.A must be a string (quote it), got [1]"),
+        ('[install]\ncommands = [["a"], "b"]', "install.commands[1] must be a non-empty list"),
+        ("[[thresholds.cases]]\nregression = '10%'", "thresholds.cases[0].regression must be a"),
+    ],
+)
+def test_a_wrong_type_names_the_key_and_what_it_must_be(text: str, message: str) -> None:
+    assert _error(text).startswith(f".kernelwatch.toml: {message}")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[gpus]\nclass = ['h100']",
+            "unknown key gpus.class; did you mean classes? [gpus] takes classes",
+        ),
+        (
+            "[install.profiles.trimmed]\ntimeout = 900",
+            "unknown key install.profiles.trimmed.timeout; did you mean timeout_s? "
+            "[install.profiles.trimmed] takes recipe, command, commands, cwd, subdirectory, "
+            "pythonpath, submodules, env, timeout_s",
+        ),
+        (
+            "[install.profile.trimmed]\nenv = {}",
+            "unknown table [install.profile]; did you mean [install.profiles]?",
+        ),
+        # the profile a recipe was resolved to is the service's to choose, not the file's
+        ('[install]\nprofile = "trimmed"', "unknown key install.profile; did you mean profiles?"),
+        ("[suites]\nname = ['basic']", "unknown key suites.name; did you mean names?"),
+        ("[library]\nmodules = 'x'", "unknown key library.modules; did you mean module?"),
+    ],
+)
+def test_an_unknown_key_inside_a_table_is_named_with_what_the_table_takes(
+    text: str, message: str
+) -> None:
+    assert message in _error(text)
+
+
+def test_every_problem_of_a_file_is_reported_at_once() -> None:
+    text = '[suite]\nnames = ["a"]\n[thresholds]\nregression = "5%"\n'
+    assert _error(text) == (
+        '.kernelwatch.toml: thresholds.regression must be a number, got "5%"; '
+        "unknown table [suite]; did you mean [suites]?"
+    )
+
+
+def test_the_fa3_example_parses_into_one_model() -> None:
+    cfg = parse(FA3.read_text())
+    assert cfg.library.name == "flash-attn-3"
+    assert cfg.library.module == "kernelwatch.kernels.adapters.fa3"
+    assert cfg.install.recipe == "command" and len(cfg.install.commands) == 2
+    assert set(cfg.install.profiles) == {"trimmed", "full"}
+    assert cfg.install.profile_for["nightly"] == "full"
+    assert cfg.suites.names == ("prefill", "decode") and cfg.suites.kernels is None
+    assert cfg.thresholds.regression == 0.03 and cfg.gpus.classes is None
+    trimmed = cfg.install.resolve("trimmed")
+    assert trimmed.profile == "trimmed" and trimmed.timeout_s == 900 and not trimmed.profiles
+    assert trimmed.env["MAX_JOBS"] == "16" and trimmed.env["FLASH_ATTENTION_DISABLE_FP8"] == "TRUE"
+
+
+def test_suites_pick_kernels_and_gpus_pick_offered_classes() -> None:
+    cfg = parse('[suites]\nnames = ["basic"]\nkernels = ["softmax", "rmsnorm"]\n'
+                '[gpus]\nclasses = ["h200", "b200"]\n')  # fmt: skip
+    assert cfg.suites.kernels == ("softmax", "rmsnorm")
+    assert cfg.gpus.pick(["h100", "h200"]) == ["h200"]
+    assert cfg.gpus.pick(["h100"]) == ["h100"]  # none offered: what the server has
+    assert parse(None).gpus.pick(("cpu",)) == ["cpu"]
+
+
+def test_server_install_config_is_validated_and_named_as_the_servers() -> None:
+    assert parse_install({"recipe": "pip", "env": {"A": "1"}}, "server [install]").env == {"A": "1"}
+    with pytest.raises(ConfigError, match=r"^server \[install\]: unknown key install\.bogus"):
+        parse_install({"bogus": 1}, "server [install]")
+
+
+def test_the_documented_examples_parse() -> None:
+    """The README's example, the reader's docstring and the demo's file cannot drift."""
+    from kernelwatch.jobs.library import repoconfig
+
+    root = Path(__file__).resolve().parents[3]
+    readme = root / "README.md"
+    block = readme.read_text().split("A repository may carry `.kernelwatch.toml`", 1)[1]
+    example = block.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert parse(example).suites.kernels == ("softmax", "rmsnorm")
+    doc = (repoconfig.__doc__ or "").split("Example::\n", 1)[1].split("``[install]`` build", 1)[0]
+    assert parse(doc).gpus.classes == ("h100", "h200")
+    demo = root / "jobs" / "demo" / "library" / "kernelwatch.toml.tmpl"
+    assert parse(demo.read_text()).library.module == "tinykern"

@@ -1,0 +1,57 @@
+"""``kernelwatch bench`` and ``bench-paired``: suites in this environment, no database.
+
+The arguments go to the suite runner untouched (``kernels/runner.py``,
+``kernels/paired_suite.py``), so ``kernelwatch bench --help`` shows the runner's own
+options. ``bench`` adds what a person at a terminal needs and the worker must not get:
+a summary table after the JSON lines, and an exit code from the cases (0 all passed or
+skipped, 1 a wrong result, 2 an error; :mod:`.exit_codes`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_case_statuses
+
+NAME = "bench"
+PAIRED = "bench-paired"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Listed in ``kernelwatch --help``; :func:`main` dispatches before argparse runs."""
+    for name, what in (
+        (NAME, "suite runner in this environment (no database); --help for its options"),
+        (PAIRED, "a suite in paired mode: baseline and candidate interleaved (no database)"),
+    ):
+        b = sub.add_parser(name, help=what, add_help=False)
+        b.add_argument("rest", nargs=argparse.REMAINDER, help="the runner's arguments")
+
+
+def main(argv: Sequence[str]) -> int:
+    """``kernelwatch bench ARGS``: records to ``--out``, then the summary and the code."""
+    from kernelwatch.kernels.runner import bench, parse_args, summary
+    from kernelwatch.kernels.suite import suite_names
+
+    args = parse_args(argv)
+    if args.list:
+        print("\n".join(suite_names()))
+        return Exit.PASS
+    records = bench(args)
+    # With --out - the records are stdout: the table goes beside them, to stderr.
+    print(summary(records), file=sys.stderr if args.out == "-" else sys.stdout)
+    code = for_case_statuses(r.status for r in records)
+    if code != Exit.PASS:
+        bad = sum(r.status in ("fail", "error") for r in records)
+        return fail(NAME, f"{bad} of {len(records)} cases failed or errored", code)
+    return code
+
+
+def main_paired(argv: Sequence[str]) -> int:
+    from kernelwatch.kernels.paired_suite import main as paired_main
+
+    return paired_main(argv)
+
+
+__all__ = ["NAME", "PAIRED", "add_parser", "main", "main_paired"]

@@ -1,0 +1,129 @@
+"""``kernelwatch bisect``: the first bad commit between a good and a bad one, paired timing.
+
+Starts a bisection (or joins the running one of the same range), and with ``--wait``
+takes its steps from this process too while it polls, so a machine without the API
+process still gets an answer (``jobs/planning/bisect_driver.py``). ``--json`` prints
+exactly ``{"culprit": {...} | null, "steps": [...], "gpu_seconds"}`` (design.md).
+
+Exit codes (:mod:`.exit_codes`): without ``--wait`` 0 once started; with it 1 when a
+culprit is named (something regressed, lost accuracy or broke), 3 when none could be
+named (the range did not differ, a skipped commit hides it, or the budget ran out),
+2 on an error, a cancellation or a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_bisection
+
+NAME = "bisect"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser(
+        NAME,
+        help="find the commit that made a kernel slower, less accurate or broken",
+        description="Bisect the first-parent commits between --good and --bad with paired "
+        "runs against the good build. Exit codes with --wait: 1 culprit found, 3 none "
+        "found, 2 error, cancelled or timeout.",
+    )
+    b.add_argument("source", nargs="?", help="repository URL or local path")
+    b.add_argument("--good", help="a commit without the change")
+    b.add_argument("--bad", help="a commit with the change")
+    b.add_argument(
+        "--case",
+        default="",
+        help="only these cases judge a step: fnmatch patterns over kernel, 'kernel label' "
+        "or case id, comma-separated (default: every case)",
+    )
+    b.add_argument("--suite", action="append", help="suite (repeatable); default from the repo")
+    b.add_argument("--kernel", action="append", help="run only this kernel (repeatable)")
+    b.add_argument("--pairs", type=int, help="process pairs per step (bench-paired --pairs)")
+    b.add_argument("--block-budget", type=float, help="seconds of timed blocks per attempt")
+    b.add_argument("--device-class", help="GPU class to run on (default: this machine's)")
+    b.add_argument(
+        "--budget", type=float, default=None, help="device seconds the steps may spend in all"
+    )
+    b.add_argument("--cancel", type=int, metavar="ID", help="cancel bisection ID")
+    b.add_argument("--wait", action="store_true", help="block until the bisection ends")
+    b.add_argument("--timeout", type=float, default=3 * 3600, help="seconds --wait waits")
+    b.add_argument("--json", action="store_true", help="print the result as JSON")
+    b.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from kernelwatch.db.bisect import DEFAULT_BUDGET_S, Bisection
+    from kernelwatch.jobs.cli.common import factory, settings
+    from kernelwatch.jobs.planning import bisect_driver as driver
+    from kernelwatch.jobs.planning.broker import make_celery
+    from kernelwatch.jobs.planning.queues import local_device_class
+
+    sessions = factory()
+    if args.cancel is not None:
+        if not driver.cancel(sessions, args.cancel):
+            return fail(NAME, f"bisection {args.cancel} is not running")
+        print(f"bisection {args.cancel} cancelled")
+        return Exit.PASS
+    if not (args.source and args.good and args.bad):
+        return fail(NAME, "give SOURCE --good A --bad B (or --cancel ID)")
+    bench_args = [a for k in args.kernel or [] for a in ("--kernel", k)]
+    if args.pairs:
+        bench_args += ["--pairs", str(args.pairs)]
+    if args.block_budget:
+        bench_args += ["--budget", str(args.block_budget)]
+    s = settings()
+    req = driver.BisectRequest(
+        source=args.source,
+        good=args.good,
+        bad=args.bad,
+        case_pattern=args.case,
+        suites=list(args.suite or []),
+        device_class=args.device_class or local_device_class(),
+        bench_args=bench_args,
+        budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,
+    )
+    bid = driver.start(sessions, s, req)
+    print(f"bisection {bid}", file=sys.stderr)
+    app = make_celery(s)
+    status = driver.advance(sessions, s, app, bid)
+    if args.wait:
+        status = driver.wait(sessions, s, app, bid, args.timeout)
+    with sessions() as session:
+        summary = driver.summary(session, bid)
+        row = session.get(Bisection, bid)
+        assert summary is not None and row is not None
+        reason = row.reason
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(_text(bid, status, reason, summary))
+    if not args.wait:
+        return Exit.PASS
+    code = for_bisection(status)
+    if code in (Exit.ERROR, Exit.NEUTRAL):
+        why = reason or ("timed out" if status == "running" else status)
+        return fail(NAME, f"bisection {bid} {status}: {why}", code)
+    return code
+
+
+def _text(bid: int, status: str, reason: str, summary: dict[str, object]) -> str:
+    lines = [f"bisection {bid}: {status}" + (f" ({reason})" if reason else "")]
+    steps = summary["steps"]
+    assert isinstance(steps, list)
+    for step in steps:
+        mark = "skipped" if step["skipped"] else step["verdict"]
+        lines.append(f"  {str(step['sha'])[:12]}  {mark}")
+    culprit = summary["culprit"]
+    if isinstance(culprit, dict):
+        lines.append(
+            f"culprit {str(culprit['sha'])[:12]} (parent {str(culprit['parent'])[:12]}): "
+            f"{culprit['verdict']}, ratio {culprit['ratio']}, interval {culprit['interval']}"
+        )
+    lines.append(f"device seconds: {summary['gpu_seconds']}")
+    return "\n".join(lines)
+
+
+__all__ = ["NAME", "add_parser", "handle"]

@@ -1,0 +1,40 @@
+"""``kernelwatch detect [--batch]``: change points of a series, stdin JSON to stdout JSON.
+
+The same detector the service records history with (``jobs/judging/detect.py``), for
+series that live elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kernelwatch.jobs.cli.exit_codes import Exit, fail
+
+NAME = "detect"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    det = sub.add_parser(NAME, help="change points of a series (stdin JSON -> stdout JSON)")
+    det.add_argument(
+        "--batch", action="store_true", help='stdin is {"series": [{"id", "values"}, ...]}'
+    )
+    det.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.judging.detect import detect_json
+
+    try:
+        payload = json.loads(sys.stdin.read())
+        if args.batch and not (isinstance(payload, dict) and "series" in payload):
+            raise ValueError('--batch expects {"series": [{"id", "values"}, ...]}')
+        result = detect_json(payload)
+    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+        return fail(NAME, str(exc))
+    print(json.dumps(result))
+    return Exit.PASS
+
+
+__all__ = ["NAME", "add_parser", "handle"]

@@ -1,0 +1,242 @@
+"""``kernelwatch run SOURCE``: measure commits or released versions of a library.
+
+Plans the runs (``jobs/planning``), enqueues them for a worker and, with ``--wait``,
+follows them to their verdicts. Exit codes as in :mod:`.exit_codes`: with ``--wait``,
+0 only when every run passed; without it, 0 once the runs are queued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_run, worst
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from kernelwatch.db.models import Run
+
+NAME = "run"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser(
+        NAME,
+        help="measure commits of a library",
+        description="Measure commits (--commit, --range) or released versions (--version) "
+        "of a library on a worker. Exit codes with --wait: 0 pass, 1 fail, 2 error or "
+        "timeout, 3 neutral.",
+    )
+    r.add_argument("source", help="repository URL or local path")
+    r.add_argument("--commit", action="append", help="revision to measure (repeatable)")
+    r.add_argument("--range", help="A..B: every commit after A up to B (A measured as baseline)")
+    r.add_argument("--baseline", help="compare against this revision (or version) instead")
+    r.add_argument(
+        "--version",
+        action="append",
+        help="released version name==x.y (repeatable; compared in order)",
+    )
+    r.add_argument("--index-url", help="package index for --version (http(s):// or file://)")
+    r.add_argument("--find-links", help="local wheelhouse directory for --version")
+    r.add_argument("--impl", help="module with the kernels under test (for --version runs)")
+    r.add_argument("--suite", action="append", help="suite (repeatable); default from the repo")
+    r.add_argument(
+        "--kernel",
+        action="append",
+        help="only this kernel of the suites (repeatable; default: every kernel)",
+    )
+    r.add_argument("--profile", help="build profile of the repository's install recipe")
+    r.add_argument("--device-class", help="GPU class to run on (default: this machine's)")
+    r.add_argument(
+        "--no-baseline-run", action="store_true", help="do not add runs for unmeasured baselines"
+    )
+    r.add_argument(
+        "--paired",
+        action="store_true",
+        help="measure each commit interleaved with its baseline on one GPU, in one run "
+        "(the merge gate's mode)",
+    )
+    r.add_argument(
+        "--gate",
+        action="store_true",
+        help="let these runs decide the commits' gate result (default: a manual run never "
+        "overrides the push or pull-request runs of a commit)",
+    )
+    r.add_argument("--wait", action="store_true", help="block until the runs are judged")
+    r.add_argument(
+        "--timeout", type=float, default=3600, help="seconds --wait waits at most (default 3600)"
+    )
+    r.add_argument(
+        "--json", action="store_true", help='print {"runs": [{"id", "commit", "status", ...}]}'
+    )
+    r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    r.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.cli.common import factory, settings
+    from kernelwatch.jobs.demo.pipeline import wait_for_runs
+    from kernelwatch.jobs.errors import KernelwatchError
+    from kernelwatch.jobs.planning.broker import make_celery
+    from kernelwatch.jobs.planning.plan import RunRequest, plan, plan_versions
+    from kernelwatch.jobs.planning.queues import local_device_class, queue_for
+
+    if not args.commit and not args.range and not args.version:
+        return fail(NAME, "give --commit REV (repeatable), --range A..B or --version SPEC")
+    if args.paired and args.version:
+        return fail(NAME, "--paired compares commits (versions: bench-paired)")
+    unknown = unknown_suites(args.suite or [])
+    if unknown:
+        return fail(NAME, unknown)
+    options: dict[str, object] = {}
+    if args.suite:
+        options["suites_explicit"] = True
+    if args.kernel:
+        options["bench_args"] = [a for k in args.kernel for a in ("--kernel", k)]
+    for key in ("impl", "index_url", "find_links", "profile"):
+        if getattr(args, key):
+            options[key] = getattr(args, key)
+    if args.paired:
+        options["paired"] = True
+    if args.gate:
+        options["gate"] = True
+    device_class = args.device_class or local_device_class()
+    req = RunRequest(
+        source=args.source,
+        commits=args.commit or [],
+        range=args.range,
+        baseline=args.baseline,
+        suites=args.suite or ["basic"],
+        device_class=device_class,
+        trigger="manual",
+        measure_baseline=not (args.no_baseline_run or args.paired),
+        options=options,
+        versions=args.version or [],
+    )
+    s = settings()
+    sessions = factory()
+    try:
+        planner = plan_versions if req.versions else plan
+        planned = planner(sessions, s, make_celery(s), req)
+    except KernelwatchError as exc:
+        if args.json:
+            print(json.dumps({"runs": [], "error": str(exc)}))
+        return fail(NAME, str(exc))
+    ids = [p.id for p in planned]
+    if not ids:
+        return fail(NAME, "nothing to measure")
+    progress = not (args.quiet or args.json)
+    warn_without_worker(sessions, queue_for(device_class))
+    done = True
+    if args.wait:
+        from kernelwatch.jobs.cli.progress import RunProgress
+
+        tracker = RunProgress(sys.stderr if progress else None)
+        try:
+            done = wait_for_runs(sessions, ids, args.timeout, on_poll=tracker.update)
+        finally:
+            tracker.close()
+    out = _rows(sessions, ids)
+    if args.json:
+        print(json.dumps({"runs": out}))
+    else:
+        for r in out:
+            print(
+                f"run {r['id']:>5}  {str(r['commit'] or '')[:12]}  {r['status']:<10} "
+                f"{r['verdict'] or ''}"
+            )
+    if not args.wait:
+        return Exit.PASS
+    if not done:
+        return fail(NAME, f"timed out after {args.timeout:.0f} s waiting for the runs")
+    code = worst(for_run(r["status"], r["verdict"]) for r in out)
+    if code != Exit.PASS:
+        bad = [r for r in out if for_run(r["status"], r["verdict"]) != Exit.PASS]
+        what = ", ".join(f"run {r['id']} {r['status']}/{r['verdict'] or '-'}" for r in bad)
+        return fail(NAME, f"{code.name.lower()}: {what} (kernelwatch show RUN for details)", code)
+    return code
+
+
+def unknown_suites(names: Sequence[str]) -> str:
+    """Why ``names`` cannot run ('' when every one is a suite), checked before anything is
+    queued: a mistyped ``--suite`` used to reach the worker and turn the commit's result
+    into an error (issue 18)."""
+    from kernelwatch.kernels.suite import suite_names
+
+    known = suite_names()
+    bad = [n for n in names if n not in known]
+    if not bad:
+        return ""
+    return f"unknown suite {', '.join(map(repr, bad))}; suites: {', '.join(known)}"
+
+
+def warn_without_worker(sessions: sessionmaker[Session], queue: str) -> bool:
+    """Warn on stderr when no live worker consumes ``queue``; True if one does."""
+    from kernelwatch.db.fleet import live_workers
+
+    with sessions() as session:
+        serving = [
+            w
+            for w in live_workers(session)
+            if queue in w.queues.split(",") and w.state != "unhealthy"
+        ]
+    if not serving:
+        print(
+            f"kernelwatch run: warning: no live worker serves queue {queue!r}; the runs wait "
+            "until one does (start `kernelwatch worker`, or `kernelwatch serve` on one machine)",
+            file=sys.stderr,
+        )
+    return bool(serving)
+
+
+class Progress:
+    """One stderr line whenever a run changes state, so a long ``--wait`` is not silent."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.seen: dict[int, tuple[str, str | None]] = {}
+        self.started = time.monotonic()
+
+    def update(self, runs: Sequence[Run]) -> None:
+        if self.stream is None:
+            return
+        for r in runs:
+            state = (r.status, r.verdict)
+            if self.seen.get(r.id) == state:
+                continue
+            self.seen[r.id] = state
+            where = f" on {r.worker}" if r.worker and r.status == "running" else ""
+            verdict = f" -> {r.verdict}" if r.verdict else ""
+            sha = (r.commit.sha if r.commit else "")[:12]
+            elapsed = time.monotonic() - self.started
+            print(
+                f"[{elapsed:6.0f}s] run {r.id} {sha} {r.status}{where}{verdict}",
+                file=self.stream,
+                flush=True,
+            )
+
+
+def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any]]:
+    from sqlalchemy import select
+
+    from kernelwatch.db.models import Run
+
+    with sessions() as session:
+        runs = session.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)).all()
+        return [
+            {
+                "id": r.id,
+                "commit": r.commit.sha if r.commit else None,
+                "status": r.status,
+                "verdict": r.verdict,
+            }
+            for r in runs
+        ]
+
+
+__all__ = ["NAME", "Progress", "add_parser", "handle", "warn_without_worker"]

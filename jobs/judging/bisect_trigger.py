@@ -1,0 +1,79 @@
+"""The automatic trigger: a blocking verdict on main that spans several commits asks
+for a bisection.
+
+Called where runs are judged (``analysis.analyze_ready``, in whichever process ended
+the run), it only *records* the request as a ``running`` bisection with no commit
+list yet; the driver (``jobs/planning/bisect_driver.py``, in the API process or a
+waiting command) reads the range from git and takes the steps. So a worker never
+plans runs and never needs the broker or GitHub for this.
+
+When: a push or nightly run (main history: pull requests are never bisected from
+here) whose verdict is ``fail`` with a regression, ``less_accurate`` or broken case,
+and whose baseline commit is more than one first-parent commit back (a push of
+several commits, a nightly run). A baseline one commit back needs no search: the
+commit is the culprit. A second trigger of the same range joins the first.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db import bisect as store
+from kernelwatch.db.bisect import Bisection
+from kernelwatch.db.models import Commit, Run
+from kernelwatch.kernels.verdict import BLOCKING, RunVerdict
+
+MAIN_TRIGGERS = ("push", "nightly")
+
+
+def on_judged(session: Session, run: Run) -> Bisection | None:
+    """Record a bisection for ``run`` if it calls for one (see the module); else None."""
+    if run.trigger not in MAIN_TRIGGERS or run.options.bisection_id is not None:
+        return None
+    if run.verdict != RunVerdict.FAIL or run.commit is None or not run.baseline_sha:
+        return None
+    moved = [r for r in run.results if r.verdict in BLOCKING]
+    if not moved:
+        return None
+    base = session.scalars(
+        select(Commit).where(
+            Commit.repository_id == run.repository_id, Commit.sha == run.baseline_sha
+        )
+    ).first()
+    if base is None or base.sequence is None or run.commit.sequence is None:
+        return None
+    if run.commit.sequence - base.sequence <= 1:
+        return None
+    pattern = ",".join(sorted({r.case_id for r in moved}))
+    joined = store.active_for_range(
+        session, run.repository_id, base.sha, run.commit.sha, run.device_class, pattern
+    )
+    if joined is not None:
+        return joined
+    bench_args = list(run.options.bench_args)
+    if "--kernel" not in bench_args:
+        kernels = sorted({str((r.record or {}).get("kernel", "")) for r in moved} - {""})
+        bench_args += [a for k in kernels for a in ("--kernel", k)]
+    github = run.options.github
+    row = Bisection(
+        repository_id=run.repository_id,
+        good_sha=base.sha,
+        bad_sha=run.commit.sha,
+        commits=[],  # read from git by the driver
+        case_pattern=pattern,
+        device_class=run.device_class,
+        suites=list(run.suites),
+        bench_args=bench_args,
+        trigger="auto",
+        origin_run_id=run.id,
+        establish=False,  # the run itself found bad worse than good
+        budget_s=store.DEFAULT_BUDGET_S,
+        full_name=github.repository if github is not None else None,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+__all__ = ["MAIN_TRIGGERS", "on_judged"]

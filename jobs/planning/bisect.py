@@ -1,0 +1,214 @@
+"""The bisection search, pure: which commit to measure next, and when the culprit is known.
+
+No database, no git, no broker: the driver (``bisect_driver.py``) turns stored steps
+into :class:`Step` values, asks :func:`next_action` what to do, and turns the answer
+into a run. So the whole search is tested with a fake measurement in milliseconds
+(``tests/jobs/planning/test_bisect_search.py``), and any process can resume it from
+the database after a restart: the answer depends on the steps alone.
+
+Commits are indices into the first-parent list ``[good, c1, ..., bad]`` (0 is good,
+``last`` is bad). A step measures one commit in paired mode against another build
+and ends ``good`` (nothing that matters moved), ``bad`` (a regression,
+``less_accurate`` or broken case: ``kernels.verdict.BLOCKING``) or ``skip`` (the
+commit did not build, or its suite errored; as ``git bisect skip``: never blamed,
+a neighbour is tried instead).
+
+Phases, in order:
+
+1. ``establish`` (optional; manual requests): bad against good. Not bad: nothing to
+   find. Skipped: bad itself cannot be measured, an error.
+2. ``search``: inside the current segment (good index ``g``, bad index ``last``)
+   every step measures a commit against ``g``'s build; the probe is the untested,
+   unskipped commit nearest the middle of the open interval (lowest known bad above
+   the highest known good), so each step halves the range.
+3. ``confirm``: the candidate culprit ``c`` against its parent ``c - 1``, in fresh
+   runs: it stands only if that says bad too (a slow drift over many commits, each
+   below the threshold, is not one commit's fault and is reported as not found).
+4. ``residual``: bad against the confirmed culprit. Bad still differs: a second
+   culprit lies in ``(c, last]``; the search starts again with ``c`` as the good
+   build. This is how two steps in one range are found one after the other.
+
+A budget of device seconds (the sum of the steps' measured time) stops the search
+with ``not_found`` before the next step would start; so does ``max_steps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+class Purpose(StrEnum):
+    ESTABLISH = "establish"
+    SEARCH = "search"
+    CONFIRM = "confirm"
+    RESIDUAL = "residual"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One measurement: commit ``index`` against the build of ``against``.
+
+    outcome: None while its run is in flight.
+    """
+
+    index: int
+    against: int
+    purpose: Purpose
+    outcome: Outcome | None = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Measure commit ``index`` against the build of ``against`` next."""
+
+    index: int
+    against: int
+    purpose: Purpose
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A step is still running: nothing to decide until it ends."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The search ended.
+
+    status: found | not_found | error. culprits: confirmed culprit indices, oldest
+    first (several when a residual showed a second step). reason: why it ended.
+    """
+
+    status: str
+    culprits: tuple[int, ...] = ()
+    reason: str = ""
+
+
+Action = Measure | Wait | Done
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When to give up: device seconds spent and steps taken."""
+
+    spent_s: float = 0.0
+    budget_s: float | None = None
+    max_steps: int = 64
+
+
+@dataclass
+class _Segment:
+    good: int
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+
+
+def probe(good: int, bad: int, outcomes: Mapping[int, Outcome]) -> int | Done:
+    """The next commit to search between ``good`` and ``bad`` (indices), or the end.
+
+    ``outcomes``: search results of this segment (relative to ``good``'s build).
+    Returns the culprit as ``Done("found", (c,))`` once the lowest known bad commit
+    directly follows the highest known good one; ``Done("not_found")`` when only
+    skipped commits lie between them (the culprit is one of those, as ``git bisect``
+    says, and naming one would blame a commit nobody measured).
+    """
+    lo = max([good] + [i for i, o in outcomes.items() if o == Outcome.GOOD and good < i < bad])
+    hi = min([bad] + [i for i, o in outcomes.items() if o == Outcome.BAD and lo < i <= bad])
+    if hi == lo + 1:
+        return Done("found", (hi,))
+    untested = [i for i in range(lo + 1, hi) if i not in outcomes]
+    if not untested:
+        return Done(
+            "not_found",
+            reason=f"only skipped commits lie between indices {lo} and {hi}: the culprit "
+            "is one of them or the first bad one",
+        )
+    mid = (lo + hi) // 2
+    return min(untested, key=lambda i: (abs(i - mid), i))
+
+
+def next_action(
+    last: int, steps: Sequence[Step], limits: Limits = Limits(), *, establish: bool = False
+) -> Action:
+    """What to do next, from the steps so far (see the module docstring)."""
+    if last < 1:
+        return Done("error", reason="good and bad are the same commit")
+    if any(s.outcome is None for s in steps):
+        return Wait()
+    by_purpose: dict[Purpose, list[Step]] = {p: [] for p in Purpose}
+    for s in steps:
+        by_purpose[s.purpose].append(s)
+    if establish:
+        first = by_purpose[Purpose.ESTABLISH]
+        if not first:
+            return _limited(Measure(last, 0, Purpose.ESTABLISH), steps, limits)
+        if first[-1].outcome == Outcome.SKIP:
+            return Done("error", reason="the bad commit could not be built or measured")
+        if first[-1].outcome == Outcome.GOOD:
+            return Done("not_found", reason="the bad commit does not differ from the good one")
+    culprits: list[int] = []
+    segment = _Segment(0)
+    while True:
+        for s in by_purpose[Purpose.SEARCH]:
+            if s.against == segment.good and s.outcome is not None:
+                segment.outcomes[s.index] = s.outcome
+        found = probe(segment.good, last, segment.outcomes)
+        if isinstance(found, int):
+            return _limited(Measure(found, segment.good, Purpose.SEARCH), steps, limits)
+        if found.status != "found":
+            return Done("found", tuple(culprits), found.reason) if culprits else found
+        (c,) = found.culprits
+        confirm = [s for s in by_purpose[Purpose.CONFIRM] if s.index == c]
+        if not confirm:
+            return _limited(Measure(c, c - 1, Purpose.CONFIRM), steps, limits, culprits)
+        if confirm[-1].outcome != Outcome.BAD:
+            why = (
+                f"index {c} was bad against index {segment.good} but not against its "
+                "parent: the change is spread over several commits"
+            )
+            return Done("found", tuple(culprits), why) if culprits else Done("not_found", (), why)
+        culprits.append(c)
+        if c == last:
+            return Done("found", tuple(culprits))
+        residual = [s for s in by_purpose[Purpose.RESIDUAL] if s.against == c]
+        if not residual:
+            return _limited(Measure(last, c, Purpose.RESIDUAL), steps, limits, culprits)
+        if residual[-1].outcome != Outcome.BAD:
+            return Done("found", tuple(culprits))
+        segment = _Segment(c)  # a second step lies after the first culprit
+
+
+def _limited(
+    action: Measure, steps: Sequence[Step], limits: Limits, culprits: Sequence[int] = ()
+) -> Action:
+    """``action`` unless the budget or the step limit says stop first."""
+    over = limits.budget_s is not None and limits.spent_s >= limits.budget_s
+    if over or len(steps) >= limits.max_steps:
+        why = (
+            f"budget of {limits.budget_s:g} device seconds spent ({limits.spent_s:.0f} s)"
+            if over
+            else f"step limit of {limits.max_steps} reached"
+        )
+        return Done("found" if culprits else "not_found", tuple(culprits), why)
+    return action
+
+
+__all__ = [
+    "Action",
+    "Done",
+    "Limits",
+    "Measure",
+    "Outcome",
+    "Purpose",
+    "Step",
+    "Wait",
+    "next_action",
+    "probe",
+]

@@ -1,0 +1,98 @@
+"""Manual runs never change a commit's gate result unless asked, and a mistyped ``run``
+leaves nothing behind (issue 18, item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.models import Repository, Run
+from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
+from tests.conftest import run_cli
+from tests.helpers import library_files, make_repo
+
+SHA = "a" * 40
+
+
+def _run(session: Session, trigger: str, status: str, verdict: str | None, **opts: object) -> Run:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, SHA, [])
+    run = Run(
+        repository_id=repo.id,
+        commit_id=commit.id,
+        suites=["basic"],
+        trigger=trigger,
+        status=status,
+        verdict=verdict,
+        device_class="h200",
+        options=dict(opts),
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def _overall(session: Session) -> tuple[str, list[int]]:
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    runs = runs_of_commit(session, [repo.id], SHA)
+    return commit_verdict(session, "lib", SHA, runs).overall, [r.id for r in runs]
+
+
+def test_a_manual_run_does_not_override_the_push_verdict(session: Session) -> None:
+    push = _run(session, "push", "succeeded", "pass")
+    _run(session, "manual", "error", "error")  # e.g. a mistyped suite
+    _run(session, "manual", "queued", None)  # a re-run in flight
+    overall, ids = _overall(session)
+    assert ids == [push.id] and overall == "pass"
+
+
+def test_a_manual_run_with_gate_decides(session: Session) -> None:
+    _run(session, "push", "succeeded", "pass")
+    gated = _run(session, "manual", "error", "error", gate=True)
+    overall, ids = _overall(session)
+    assert gated.id in ids and overall == "error"
+
+
+def test_rerunning_a_manually_measured_commit_does_not_reset_it_to_pending(
+    session: Session,
+) -> None:
+    measured = _run(session, "manual", "succeeded", "pass")
+    _run(session, "manual", "queued", None)
+    overall, ids = _overall(session)
+    assert ids == [measured.id] and overall == "pass"
+    # with nothing measured yet, the queued run is what there is
+    session.delete(measured)
+    session.flush()
+    assert _overall(session)[0] == "pending"
+
+
+def _rows(data: Path) -> tuple[list[str], int]:
+    engine = create_engine(f"sqlite:///{data / 'kernelwatch.db'}")
+    with Session(engine) as s:
+        return list(s.scalars(select(Repository.name))), len(s.scalars(select(Run.id)).all())
+
+
+def test_unknown_suite_exits_2_with_the_list_and_queues_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "lib"
+    make_repo(src, library_files("lib", "X = 1\n"))
+    data = tmp_path / "kwdata"
+    proc = run_cli("run", str(src), "--commit", "HEAD", "--suite", "nosuch", timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "unknown suite 'nosuch'" in proc.stderr and "basic" in proc.stderr
+    if (data / "kernelwatch.db").exists():
+        assert _rows(data)[1] == 0
+
+
+def test_failed_runs_leave_no_repository_rows(tmp_path: Path) -> None:
+    notgit = tmp_path / "notgit"
+    notgit.mkdir()
+    data = tmp_path / "kwdata"
+    for source in (str(tmp_path / "doesnotexist"), str(notgit)):
+        proc = run_cli("run", source, "--commit", "HEAD", timeout=300)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.startswith("kernelwatch run:") and source in proc.stderr
+    if (data / "kernelwatch.db").exists():
+        assert _rows(data) == ([], 0)

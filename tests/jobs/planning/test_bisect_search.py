@@ -1,0 +1,140 @@
+"""The bisection search with a fake measurement: culprits, skips, budgets, several steps.
+
+``simulate`` plays the driver: it asks ``next_action`` what to measure and answers
+from a model of the history (each commit's cumulative effect; a set of commits that
+do not build), as paired runs would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kernelwatch.jobs.planning.bisect import (
+    Done,
+    Limits,
+    Measure,
+    Outcome,
+    Purpose,
+    Step,
+    Wait,
+    next_action,
+    probe,
+)
+
+
+def history(n: int, steps: dict[int, float]) -> Callable[[int], float]:
+    """Time factor of commit i: the product of every step at or before i."""
+
+    def level(i: int) -> float:
+        f = 1.0
+        for at, factor in steps.items():
+            if i >= at:
+                f *= factor
+        return f
+
+    assert n > max(steps, default=0)
+    return level
+
+
+def simulate(
+    n: int,
+    level: Callable[[int], float],
+    broken: frozenset[int] = frozenset(),
+    *,
+    establish: bool = False,
+    seconds: float = 1.0,
+    budget: float | None = None,
+) -> tuple[Done, list[Step]]:
+    steps: list[Step] = []
+    while True:
+        action = next_action(
+            n - 1, steps, Limits(seconds * len(steps), budget), establish=establish
+        )
+        assert not isinstance(action, Wait)
+        if isinstance(action, Done):
+            return action, steps
+        assert isinstance(action, Measure)
+        if action.index in broken:
+            outcome = Outcome.SKIP
+        else:
+            ratio = level(action.index) / level(action.against)
+            outcome = Outcome.BAD if ratio > 1.5 else Outcome.GOOD
+        steps.append(Step(action.index, action.against, action.purpose, outcome))
+
+
+def searched(steps: list[Step]) -> list[int]:
+    return [s.index for s in steps if s.purpose == Purpose.SEARCH]
+
+
+@pytest.mark.parametrize("culprit", [1, 2, 17, 31, 32, 40, 62, 63])
+def test_one_slowdown_in_64_commits_is_found_in_six_probes_and_confirmed(culprit: int) -> None:
+    done, steps = simulate(64, history(64, {culprit: 3.0}))
+    assert done.status == "found" and done.culprits == (culprit,), (done, steps)
+    assert len(searched(steps)) <= 6  # log2(63 candidates), rounded up
+    confirm = [s for s in steps if s.purpose == Purpose.CONFIRM]
+    assert [(s.index, s.against) for s in confirm] == [(culprit, culprit - 1)]
+    # the residual (bad against the culprit) needs no new build unless the culprit is bad
+    assert len({s.index for s in steps}) <= 7
+
+
+def test_a_commit_that_does_not_build_is_skipped_and_its_neighbour_tried() -> None:
+    first = probe(0, 63, {})
+    assert first == 31
+    done, steps = simulate(64, history(64, {41: 3.0}), frozenset({31}))
+    assert done.culprits == (41,)
+    idx = searched(steps)
+    assert idx[0] == 31 and idx[1] in (30, 32)  # the neighbour of the middle
+    assert all(s.outcome == Outcome.SKIP for s in steps if s.index == 31)
+    assert len(set(idx)) <= 7
+
+
+def test_a_skipped_commit_is_never_blamed() -> None:
+    # the slowdown lands with commit 10, which does not build: 9 good, 11 bad
+    done, steps = simulate(64, history(64, {10: 3.0}), frozenset({10}))
+    assert done.status == "not_found" and done.culprits == ()
+    assert "skipped" in done.reason
+
+
+def test_two_slowdowns_in_one_range_are_found_one_after_the_other() -> None:
+    done, steps = simulate(64, history(64, {12: 2.0, 50: 2.5}))
+    assert done.status == "found" and done.culprits == (12, 50), steps
+    residual = [s for s in steps if s.purpose == Purpose.RESIDUAL]
+    assert [(s.against, s.outcome) for s in residual] == [(12, Outcome.BAD), (50, Outcome.GOOD)]
+    # the second search measures against the first culprit's build
+    assert {s.against for s in steps if s.purpose == Purpose.SEARCH and s.index > 12} >= {12}
+
+
+def test_a_drift_of_small_steps_is_not_one_commits_fault() -> None:
+    # every commit 5 % slower: 63 commits add up to far more than 1.5x, no single one does
+    done, _ = simulate(64, lambda i: 1.05**i)
+    assert done.status == "not_found" and "spread" in done.reason
+
+
+def test_establish_first_measures_bad_against_good() -> None:
+    done, steps = simulate(64, history(64, {}), establish=True)
+    assert done.status == "not_found" and len(steps) == 1
+    assert steps[0] == Step(63, 0, Purpose.ESTABLISH, Outcome.GOOD)
+    done, _ = simulate(64, history(64, {}), frozenset({63}), establish=True)
+    assert done.status == "error"
+    done, steps = simulate(64, history(64, {20: 3.0}), establish=True)
+    assert done.culprits == (20,) and steps[0].purpose == Purpose.ESTABLISH
+
+
+def test_the_budget_stops_the_search_as_not_found() -> None:
+    done, steps = simulate(64, history(64, {20: 3.0}), seconds=10.0, budget=35.0)
+    assert done.status == "not_found" and "budget" in done.reason
+    assert len(steps) == 4  # 0, 10, 20, 30 s spent: the fifth step would start past 35
+
+
+def test_a_step_in_flight_means_wait() -> None:
+    steps = [Step(31, 0, Purpose.SEARCH, None)]
+    assert isinstance(next_action(63, steps), Wait)
+    assert next_action(0, []) == Done("error", reason="good and bad are the same commit")
+
+
+def test_adjacent_good_and_bad_need_only_the_confirmation() -> None:
+    done, steps = simulate(2, history(2, {1: 3.0}))
+    assert done.culprits == (1,)
+    assert [s.purpose for s in steps] == [Purpose.CONFIRM]

@@ -1,0 +1,122 @@
+"""The committed H200 dataset (``docs/data/h200-dataset.toml``) imports whole, with its figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
+
+from kernelwatch.db.migrate import upgrade
+from kernelwatch.db.models import Commit, Result, Run
+from kernelwatch.db.session import make_engine
+from kernelwatch.jobs.errors import ConfigError
+from kernelwatch.jobs.planning.dataset import check_cards, load_manifest
+from tests.conftest import run_cli
+
+DATA = Path(__file__).resolve().parents[3] / "docs" / "data"
+MANIFEST = DATA / "h200-dataset.toml"
+FA3_A = "16c7f0f647db325506691e0810114ef198df0d0a"
+FA3_B = "3e87e421f898c6919fa417d00e5afcec5909debe"
+FA3_C = "c75d019dea9d910312974417bc28f190dfdda6d9"
+
+
+def _record_files() -> set[str]:
+    """Every JSON-lines file under docs/data whose lines are result records (schema 1)."""
+    found = set()
+    for path in DATA.rglob("*.jsonl"):
+        first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+        if isinstance(first, dict) and "schema" in first and "case_id" in first:
+            found.add(str(path.relative_to(DATA)))
+    return found
+
+
+def test_every_committed_record_file_is_in_the_manifest() -> None:
+    named = {r.file for r in load_manifest(MANIFEST).run}
+    assert _record_files() == named
+
+
+def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    out = run_cli("import", str(MANIFEST), "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["runs"]
+    assert [r["created"] for r in rows] == [True] * 4
+    factory = sessionmaker(bind=make_engine(url))
+    with factory() as s:
+        runs = s.scalars(select(Run).order_by(Run.id)).all()
+        assert len(runs) == 4 and {r.trigger for r in runs} == {"import"}
+        assert [len(r.results) for r in runs] == [16, 16, 6, 6]
+        # measured dates, not the day of the import
+        assert [r.created.date().isoformat() for r in runs] == [
+            "2026-11-29", "2026-11-29", "2026-11-30", "2026-11-30",
+        ]  # fmt: skip
+        by_sha = {r.commit.sha: r for r in runs}
+        # FA3's commits carry their own dates and are in history order
+        fa3 = s.scalars(
+            select(Commit).where(Commit.sha.in_([FA3_A, FA3_B, FA3_C])).order_by(Commit.sequence)
+        ).all()
+        assert [c.sha for c in fa3] == [FA3_A, FA3_B, FA3_C]
+        assert fa3[0].committed_at is not None and fa3[0].committed_at.year == 2025
+
+        def gqa(run: Run) -> Result:
+            (hit,) = [r for r in run.results if r.record["params"].get("kv_heads") == 1]
+            return hit
+
+        # the paired file is judged by its own interleaved measurement: the GQA-8
+        # prefix case regressed 16c7f0f6 → 3e87e421 (ratio 1.408, [1.011, 1.961])
+        b = by_sha[FA3_B]
+        assert b.options.paired and b.verdict == "fail"
+        hit = gqa(b)
+        assert hit.verdict == "regression"
+        assert hit.ratio == pytest.approx(1.408, abs=5e-4)
+        assert hit.record["paired"]["baseline_median"] * 1e6 == pytest.approx(114.8, abs=0.05)
+        # c75d019d benched alone: 114.8 µs, back at 16c7f0f6's time
+        c = by_sha[FA3_C]
+        assert c.baseline_run_id == b.id
+        assert gqa(c).median_s * 1e6 == pytest.approx(114.8, abs=0.05)
+        squares = sorted(r.median_s * 1e6 for r in c.results if r.status == "pass")
+        assert squares[1:] == pytest.approx([843.7, 1623.0], abs=0.05)
+        # the first suite: every case passed on both cards
+        morning = by_sha["h200-2026-11-29-morning"]
+        assert all(r.status == "pass" for r in morning.results)
+        assert {r.record["device"]["uuid"] for r in morning.results} == {
+            "GPU-9731c860-4a3e-9394-8773-50358882226c"
+        }
+    again = run_cli("import", str(MANIFEST), "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert [r["created"] for r in json.loads(again.stdout)["runs"]] == [False] * 4
+    with factory() as s:
+        assert len(s.scalars(select(Run)).all()) == 4
+
+
+def test_a_file_measured_on_another_card_is_refused(tmp_path: Path) -> None:
+    text = MANIFEST.read_text(encoding="utf-8").replace(
+        "GPU-d2859325-edbe-b61a-bba4-0c6245293d67", "GPU-00000000-0000-0000-0000-000000000000"
+    )
+    (tmp_path / "m.toml").write_text(text, encoding="utf-8")
+    manifest = load_manifest(tmp_path / "m.toml")
+    with pytest.raises(ConfigError, match="bench-h200-2026-11-29-run5.jsonl: record 1"):
+        check_cards(manifest, DATA)
+
+
+def test_a_parent_outside_the_manifest_is_refused(tmp_path: Path) -> None:
+    text = MANIFEST.read_text(encoding="utf-8").replace(
+        'parent = "h200-2026-11-29-morning"', 'parent = "h200-yesterday"'
+    )
+    (tmp_path / "m.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="parent 'h200-yesterday' is not a commit"):
+        load_manifest(tmp_path / "m.toml")
+
+
+def test_records_without_their_commit_are_refused_by_the_cli(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    out = run_cli("import", str(DATA / "bench-h200-2026-11-29.jsonl"), "--repo", "x", env=env)
+    assert out.returncode == 2
+    assert "needs --commit, --device-class" in out.stderr
