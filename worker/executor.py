@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
+from kernelwatch.db.run_options import ConfigNote, RunOptions
 from kernelwatch.db.store import store_record, stored_case_ids
 from kernelwatch.jobs.errors import (
     CommitNotFound,
@@ -44,11 +44,13 @@ from kernelwatch.jobs.errors import (
 from kernelwatch.jobs.judging.analysis import analyze_ready, run_thresholds
 from kernelwatch.jobs.library import libspec, repoconfig
 from kernelwatch.jobs.library.mirror import Mirror
+from kernelwatch.jobs.retry import retrying
+from kernelwatch.kernels.record import ResultRecord
 from kernelwatch.worker import recipes, submodules, venvs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env
-from kernelwatch.worker.suite_process import SuiteRequest, run_suite
+from kernelwatch.worker.suite_process import SuiteOutcome, SuiteRequest, run_suite
 
 
 def worker_name() -> str:
@@ -80,13 +82,14 @@ def execute(
         source = run.repository.source
         sha = run.commit.sha if run.commit else None
         suites = list(run.suites)
-        run_options = dict(run.options)
+        run_options = run.options  # frozen: safe to keep after the session
         version_spec = run.version_spec
         baseline_sha = run.baseline_sha
         trigger = run.trigger
     workdir = settings.data_dir / "work" / f"run-{run_id}"
     mirror: Mirror | None = None
     checkout = workdir / "src"
+    selected: tuple[str, ...] = ()  # [suites] kernels, when the file's selection applies
     try:
         if version_spec:
             req = _prepare_version(
@@ -100,11 +103,13 @@ def execute(
                 mirror.sync()
             if not mirror.has_commit(sha):
                 raise CommitNotFound(f"commit {sha} not found in {source}")
-            config = repoconfig.parse(mirror.read_file(sha, ".kernelwatch.toml"))
+            config = repoconfig.read_at(mirror, sha)  # the one read of this commit's file
             _note_config(factory, run_id, config)
-            env, recipe = _commit_env(factory, settings, run_id, mirror, sha, run_options, trigger)
+            env, recipe = _commit_env(
+                factory, settings, run_id, mirror, sha, config.install, run_options, trigger
+            )
             library = {
-                "name": config.library_name or mirror.source.rsplit("/", 1)[-1],
+                "name": config.library.name or mirror.source.rsplit("/", 1)[-1],
                 "commit": sha,
                 "source": source,
             }
@@ -113,15 +118,18 @@ def execute(
                 pythonpath=env.pythonpath,
                 env=clean_env(recipe.env),
                 workdir=workdir / "suite",
-                suites=suites if run_options.get("suites_explicit") else list(config.suites),
-                impl=config.module,
-                backend=config.library_name or config.module,
+                suites=suites if run_options.suites_explicit else list(config.suites.names),
+                # ``run --impl`` (a repro command names the module it measured) wins
+                impl=run_options.impl or config.library.module,
+                backend=config.library.name or config.library.module,
                 library=library,
-                case_timeout_s=float(run_options.get("case_timeout_s", settings.case_timeout_s)),
+                case_timeout_s=_case_timeout(run_options, settings),
                 suite_timeout_s=settings.suite_timeout_s,
-                extra_args=[str(a) for a in run_options.get("bench_args", [])],
+                extra_args=_runner_args(run_options, config),
             )
-            if run_options.get("paired") and baseline_sha:
+            if "--kernel" not in run_options.bench_args:
+                selected = config.suites.kernels or ()
+            if run_options.paired and baseline_sha:
                 req = _paired_request(
                     factory, settings, run_id, mirror, baseline_sha, env, req, run_options, trigger
                 )
@@ -131,14 +139,16 @@ def execute(
         outcome = run_suite(
             req, on_record=lambda rec: _patiently(patience, lambda: _store(factory, run_id, rec))
         )
+        # a resumed run's earlier records are not in this outcome: judge the selection fresh only
+        why = outcome.aborted or ("" if already else _unmatched(selected, req.suites, outcome))
         return _patiently(
             patience,
             lambda: _finish(
                 factory,
                 settings,
                 run_id,
-                "succeeded" if not outcome.aborted else "error",
-                outcome.aborted,
+                "succeeded" if not why else "error",
+                why,
                 runner_log=outcome.log,
             ),
         )
@@ -157,10 +167,12 @@ def _commit_env(
     run_id: int,
     mirror: Mirror,
     sha: str,
-    options: dict[str, Any],
+    install: repoconfig.InstallRecipe,
+    options: RunOptions,
     trigger: str,
-) -> tuple[venvs.Env, recipes.BuildRecipe]:
-    """Build (or reuse) the environment of ``sha`` with its own ``.kernelwatch.toml`` recipe.
+) -> tuple[venvs.Env, repoconfig.InstallRecipe]:
+    """Build (or reuse) the environment of ``sha`` with its ``[install]`` recipe (``install``,
+    from that commit's ``.kernelwatch.toml``, read once by the caller).
 
     The build profile is the run's ``profile`` option, else the one the recipe maps
     the trigger to (``profile_for``: e.g. a trimmed FA3 build for PRs, the full one
@@ -168,9 +180,7 @@ def _commit_env(
     size limit and file locks (``worker/venvs.py``); compiles go through ccache;
     submodules come from the server's mirrors (``KW_SUBMODULE_MIRRORS``).
     """
-    recipe = recipes.parse(mirror.read_file(sha, ".kernelwatch.toml")).select(
-        options.get("profile"), trigger
-    )
+    recipe = recipes.recipe_set(install).select(options.profile, trigger)
     cache = venvs.EnvCache(settings.data_dir / "venvs", venvs.probe_toolchain())
     try:
         env = cache.commit_env(
@@ -192,7 +202,9 @@ def _commit_env(
 
 
 # Runner options the paired coordinator understands too (others concern one side only).
-_PAIRED_PASSTHROUGH = ("--size", "--kernel", "--budget", "--pairs")
+# Re-measures and the confirmation run in fresh side processes by default
+# (bench-paired's ``--reuse-sides`` opts out); ``--seed`` repeats a run's inputs.
+_PAIRED_PASSTHROUGH = ("--size", "--kernel", "--budget", "--pairs", "--retries", "--seed")
 
 
 def _paired_request(
@@ -203,7 +215,7 @@ def _paired_request(
     baseline_sha: str,
     candidate: venvs.Env,
     req: SuiteRequest,
-    options: dict[str, Any],
+    options: RunOptions,
     trigger: str,
 ) -> SuiteRequest:
     """The run as a paired comparison: the baseline built too, both measured interleaved.
@@ -217,13 +229,17 @@ def _paired_request(
     if not mirror.has_commit(baseline_sha):
         raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
     _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
-    base, _ = _commit_env(factory, settings, run_id, mirror, baseline_sha, options, trigger)
+    install = repoconfig.read_at(mirror, baseline_sha).install
+    base, _ = _commit_env(
+        factory, settings, run_id, mirror, baseline_sha, install, options, trigger
+    )
     with factory() as session:
         run = session.get(Run, run_id)
         assert run is not None
         # the most sensitive threshold of any case: analysis re-judges each case with its own
         threshold = run_thresholds(run, settings).smallest()
-        confidence = float(run.options.get("confidence", settings.confidence))
+        confidence = run.options.confidence
+        confidence = settings.confidence if confidence is None else confidence
     bench = [str(a) for a in req.extra_args]
     passthrough = [
         x
@@ -233,6 +249,7 @@ def _paired_request(
     ]
     req.module = "kernelwatch.kernels.paired_suite"
     req.pythonpath = ()  # the coordinator imports no library; each side gets its own path
+    req.readonly = (str(base.path), str(candidate.path))  # both sides' envs, read-only
     req.extra_args = [
         "--baseline-path",
         os.pathsep.join(base.pythonpath),
@@ -261,19 +278,19 @@ def _prepare_version(
     run_id: int,
     version_spec: str,
     suites: list[str],
-    options: dict[str, Any],
+    options: RunOptions,
     workdir: Path,
 ) -> SuiteRequest:
     """A released version: ``pip install --no-deps --target`` from an index or a
     wheelhouse, cached per (spec, toolchain) with an LRU size limit (worker/venvs.py)."""
     spec = libspec.parse_version_spec(version_spec)
-    index_url, find_links = libspec.parse_index(options.get("index_url"), options.get("find_links"))
+    index_url, find_links = libspec.parse_index(options.index_url, options.find_links)
     cache = venvs.EnvCache(settings.data_dir / "venvs", venvs.probe_toolchain())
     env = cache.version_env(
         spec, index_url=index_url, find_links=find_links, timeout=settings.install_timeout_s
     )
     _append_log(factory, run_id, env.log or f"cached environment {env.path}\n")
-    impl = options.get("impl") or spec.name.replace("-", "_")
+    impl = options.impl or spec.name.replace("-", "_")
     return SuiteRequest(
         python=env.python,
         pythonpath=env.pythonpath,
@@ -283,9 +300,37 @@ def _prepare_version(
         impl=impl,
         backend=spec.name,
         library={"name": spec.name, "version": spec.version},
-        case_timeout_s=float(options.get("case_timeout_s", settings.case_timeout_s)),
+        case_timeout_s=_case_timeout(options, settings),
         suite_timeout_s=settings.suite_timeout_s,
-        extra_args=[str(a) for a in options.get("bench_args", [])],
+        extra_args=list(options.bench_args),
+    )
+
+
+def _case_timeout(options: RunOptions, settings: Settings) -> float:
+    return options.case_timeout_s if options.case_timeout_s is not None else settings.case_timeout_s
+
+
+def _runner_args(options: RunOptions, config: repoconfig.RepoConfig) -> list[str]:
+    """The run's own runner arguments, plus ``[suites] kernels`` as ``--kernel`` selectors
+    unless the run picks kernels itself (a library with only some of a suite's kernels
+    leaves the others out instead of getting an ``error`` for each on every commit)."""
+    args = list(options.bench_args)
+    if config.suites.kernels and "--kernel" not in args:
+        args += [a for k in config.suites.kernels for a in ("--kernel", k)]
+    return args
+
+
+def _unmatched(selected: Sequence[str], suites: Sequence[str], outcome: SuiteOutcome) -> str:
+    """Why the run is an error when ``[suites] kernels`` names a kernel no case of the
+    suites has (a typo would otherwise measure nothing for it, silently)."""
+    seen = {r.kernel for r in outcome.records}
+    missing = [k for k in selected if k not in seen]
+    if not missing:
+        return ""
+    names = ", ".join(f'"{k}"' for k in missing)
+    return (
+        f"{repoconfig.FILE}: suites.kernels {names} matched no case of the suites "
+        f"{', '.join(suites)} (the other kernels' cases were measured)"
     )
 
 
@@ -299,32 +344,24 @@ T = TypeVar("T")
 
 def _patiently(patience_s: float, write: Callable[[], T]) -> T:
     """``write()``, retried with backoff while the database is unreachable, up to
-    ``patience_s``; then the error propagates and the task's own retry takes over."""
-    deadline = time.monotonic() + patience_s
-    delay = 1.0
-    while True:
-        try:
-            return write()
-        except OperationalError:
-            if time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 15.0)
+    ``patience_s``; then the error propagates and the task's own retry takes over.
+
+    Backoff 1 s doubling to 15 s, and no wait that would end past the patience
+    (the one retry policy, ``jobs/retry.py``)."""
+    return retrying(on=OperationalError, within_s=patience_s, first_s=1.0, max_s=15.0)(write)
 
 
-def _store(factory: sessionmaker[Session], run_id: int, record: dict[str, Any]) -> None:
-    for attempt in range(3):
-        try:
-            with factory() as session, session.begin():
-                run = session.get(Run, run_id)
-                assert run is not None
-                store_record(session, run, record)
-            return
-        except IntegrityError:
-            # Another delivery stored this result, or another run this new case, in
-            # between our check and our insert: look again in a fresh transaction.
-            if attempt == 2:
-                raise
+def _store(factory: sessionmaker[Session], run_id: int, record: ResultRecord) -> None:
+    # Another delivery stored this result, or another run this new case, in between
+    # our check and our insert: look again in a fresh transaction, three tries in all.
+    retrying(on=IntegrityError, attempts=3, first_s=0.0)(_insert, factory, run_id, record)
+
+
+def _insert(factory: sessionmaker[Session], run_id: int, record: ResultRecord) -> None:
+    with factory() as session, session.begin():
+        run = session.get(Run, run_id)
+        assert run is not None
+        store_record(session, run, record)
 
 
 def _note_config(
@@ -333,21 +370,23 @@ def _note_config(
     with factory() as session, session.begin():
         run = session.get(Run, run_id)
         assert run is not None
-        opts = dict(run.options)
-        if config.regression_threshold is not None:
-            opts.setdefault("regression_threshold", config.regression_threshold)
-        if config.confidence is not None:
-            opts.setdefault("confidence", config.confidence)
-        if config.suite_thresholds or config.case_thresholds:
-            opts["thresholds"] = repoconfig.Thresholds(
-                0.0, config.suite_thresholds, config.case_thresholds
-            ).to_options()
-        opts["config"] = {
-            "module": config.module,
-            "suites": list(config.suites),
-            "recipe": config.install.recipe,
-        }
-        run.options = opts
+        opts = run.options
+        thresholds = config.thresholds
+        changes: dict[str, Any] = {}
+        # the run's own values win; the file's fill what the run left unset
+        if thresholds.regression is not None and opts.regression_threshold is None:
+            changes["regression_threshold"] = thresholds.regression
+        if thresholds.confidence is not None and opts.confidence is None:
+            changes["confidence"] = thresholds.confidence
+        if thresholds.suites or thresholds.cases:
+            changes["thresholds"] = thresholds.overrides(0.0).to_options()
+        changes["config"] = ConfigNote(
+            module=config.library.module,
+            suites=list(config.suites.names),
+            recipe=config.install.recipe,
+            kernels=list(config.suites.kernels) if config.suites.kernels else None,
+        )
+        run.options = opts.with_(**changes)
 
 
 def _append_log(factory: sessionmaker[Session], run_id: int, text: str) -> None:
@@ -379,7 +418,7 @@ def _finish(
         if build_log:
             run.build_log = ((run.build_log or "") + build_log)[-200_000:]
         if runner_log:
-            run.options = {**run.options, "runner_log_tail": runner_log[-20_000:]}
+            run.options = run.options.with_(runner_log_tail=runner_log[-20_000:])
         analyze_ready(session, run, settings)
     return status
 

@@ -1,6 +1,7 @@
 """The GPUs of this host as ``nvidia-smi`` reports them: identity, clocks, memory, throttling.
 
-One query serves three callers: the per-GPU launcher (which GPUs, which class
+One query (:func:`kernelwatch.kernels.devclass.smi_query`, shared with the planner's
+device class) serves three callers: the per-GPU launcher (which GPUs, which class
 each), heartbeats (GPU name, UUID, driver, current SM clock) and the health check
 (memory in use, temperature, throttle reasons). ``nvidia-smi`` is used rather
 than torch or NVML so that no CUDA context is ever created in a worker process:
@@ -13,12 +14,9 @@ pinned to one GPU sees exactly that GPU.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 
-from kernelwatch.jobs.planning.queues import visible_rows
-from kernelwatch.kernels.device import device_class
+from kernelwatch.kernels.devclass import device_class, smi_query, visible_rows
 
 FIELDS = (
     "index",
@@ -96,23 +94,12 @@ def query(visible: str | None = None, timeout_s: float = 20) -> list[Gpu]:
 
     ``visible`` defaults to this process's ``CUDA_VISIBLE_DEVICES``.
     """
-    if shutil.which("nvidia-smi") is None:
-        return []
     # A driver that does not know an optional field fails the whole query: fall back
     # to the identity fields, so a GPU host is never taken for a CPU host.
-    for fields in (FIELDS, FIELDS[:4]):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=True,
-            ).stdout
-            break
-        except (subprocess.SubprocessError, OSError):
-            continue
-    else:
+    out = smi_query(FIELDS, timeout_s)
+    if out is None:
+        out = smi_query(FIELDS[:4], timeout_s)  # identity and driver
+    if out is None:
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     return select_visible(parse(out), visible)

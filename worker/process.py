@@ -1,7 +1,23 @@
-"""Running untrusted subprocesses: own process group, time limits, whole-group kill.
+"""Running untrusted subprocesses: time and memory limits, a capped log, whole-tree kill.
 
-Every child starts a new session, so a timeout or a crash kills the process and
-everything it spawned (compilers, Triton's build workers), never the worker.
+Every child starts a new session and dies with the worker (``PR_SET_PDEATHSIG``),
+so a timeout or a crash kills the process and everything it spawned, never the
+worker; inside the sandbox (``worker/sandbox.py``) the child is bwrap, whose
+PID namespace takes every process with it, ``setsid`` ones included.
+
+Output goes through a pipe to a pump thread, never straight to a file the worker
+later reads whole: the file is capped (``log_cap`` bytes, then a marker line and
+the last ``TAIL_BYTES`` of the output), so a kernel printing 1.2 GB costs 64 MB of
+disk and a few hundred kB of worker memory. The pump also hands lines that start
+with a watched prefix (the suite runner's case markers) to a callback, capped
+log or not.
+
+The memory limit is a watchdog over the anonymous resident memory of the whole
+process tree (``/proc/<pid>/statm``, every poll): it works on any kernel, cgroup
+v1 or v2, delegated or not, and a tree over the limit is killed and reported as
+``out of memory (limit N GB)``, not as a bare SIGKILL. It samples, so a fast
+allocator can overshoot by what it allocates in one poll interval (0.1 s); the
+kernel's own OOM killer stays the backstop.
 """
 
 from __future__ import annotations
@@ -11,10 +27,20 @@ import ctypes
 import os
 import signal
 import subprocess
-import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from kernelwatch.worker.sandbox import DEFAULT_LOG_MB, describe_memory
+
+TAIL_BYTES = 256_000
+CHUNK = 1 << 16
+POLL_S = 0.1
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
@@ -31,29 +57,283 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     return preexec
 
 
-def run_logged(
-    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, log_limit: int = 200_000
-) -> tuple[int, str, bool]:
-    """Run to completion; return (exit code, combined output tail, timed out)."""
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-        proc = subprocess.Popen(
-            argv,
+class LogSink:
+    """Copies a pipe into a file of at most ``cap`` bytes, keeping the tail beyond it."""
+
+    def __init__(
+        self,
+        pipe: IO[bytes],
+        path: Path,
+        cap: int,
+        watch: bytes | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.cap = cap
+        self.written = 0
+        self.dropped = 0
+        self._pipe = pipe
+        self._watch = watch
+        self._on_line = on_line
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        self._partial = b""
+        self._thread = threading.Thread(target=self._pump, name=f"log {path.name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def capped(self) -> bool:
+        return self.dropped > 0
+
+    def join(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _pump(self) -> None:
+        fd = self._pipe.fileno()
+        # the directory may be writable by the code under test: never follow its symlink
+        self.path.unlink(missing_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with os.fdopen(os.open(self.path, flags, 0o644), "wb") as out:
+            while True:
+                try:
+                    chunk = os.read(fd, CHUNK)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self._scan(chunk)
+                room = self.cap - self.written
+                if room > 0:
+                    out.write(chunk[:room])
+                    self.written += min(room, len(chunk))
+                    chunk = chunk[room:]
+                if chunk:
+                    self.dropped += len(chunk)
+                    self._keep(chunk)
+            if self.dropped:
+                tail = b"".join(self._tail)
+                out.write(
+                    f"\n[kernelwatch: log capped at {self.cap / 1e6:g} MB; "
+                    f"{self.dropped} bytes not kept; the last {len(tail)} follow]\n".encode()
+                )
+                out.write(tail)
+        with contextlib.suppress(OSError):
+            self._pipe.close()
+
+    def _keep(self, chunk: bytes) -> None:
+        self._tail.append(chunk)
+        self._tail_len += len(chunk)
+        while self._tail_len - len(self._tail[0]) >= TAIL_BYTES:
+            self._tail_len -= len(self._tail.popleft())
+
+    def _scan(self, chunk: bytes) -> None:
+        """Hand complete lines starting with the watched prefix to ``on_line``."""
+        if self._watch is None or self._on_line is None:
+            return
+        data = self._partial + chunk
+        start = 0
+        while True:
+            i = data.find(self._watch, start)
+            if i < 0:
+                break
+            end = data.find(b"\n", i)
+            if end < 0:
+                break
+            if i == 0 or data[i - 1 : i] == b"\n":
+                self._on_line(data[i:end].decode("utf-8", errors="replace"))
+            start = end + 1
+        last = data.rfind(b"\n")
+        rest = data[last + 1 :]
+        # a partial line is only worth keeping if it may still become a marker line
+        self._partial = rest if len(rest) <= 4096 else b""
+
+
+def tree_anon_bytes(root: int) -> int:
+    """Anonymous resident memory of ``root`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    total = 0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                fields = fh.read().split()
+        except OSError:
+            continue
+        total += max(0, int(fields[1]) - int(fields[2])) * _PAGE
+    return total
+
+
+class Supervised:
+    """A child with its output in a capped log and its tree under a memory limit."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        log_path: Path,
+        log_cap: int = DEFAULT_LOG_MB * 10**6,
+        memory_limit: int | None = None,
+        watch: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+        signal_codes: bool = False,
+    ) -> None:
+        self.memory_limit = memory_limit
+        # bwrap reports a child killed by signal N as exit code 128 + N, like a shell
+        self.signal_codes = signal_codes
+        self.oom = False
+        self.proc = subprocess.Popen(
+            list(argv),
             cwd=cwd,
-            env=env,
-            stdout=log,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=die_with_parent(),
         )
-        timed_out = False
+        assert self.proc.stdout is not None
+        self.sink = LogSink(
+            self.proc.stdout, log_path, log_cap, watch.encode() if watch else None, on_line
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs; kills a tree that is over its memory limit."""
+        code = self.proc.poll()
+        if code is None and self.memory_limit and tree_anon_bytes(self.pid) > self.memory_limit:
+            self.oom = True
+            self.kill()
+            code = self.proc.poll()
+        return code
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+
+    def finish(self) -> int:
+        """Wait for the exit and the end of the log; the exit code (-9 if it never came)."""
         try:
-            proc.wait(timeout=timeout)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            self.kill()
+        if not self.sink.join(10.0):
+            # something outside the tree (only possible without the sandbox) holds
+            # the pipe: stop waiting for it, the log so far is kept
+            self.kill()
+            self.sink.join(5.0)
+        code = self.proc.returncode if self.proc.returncode is not None else -9
+        if self.signal_codes and 128 < code <= 128 + 64:
+            return -(code - 128)
+        return code
+
+    def describe(self, code: int | None) -> str:
+        if self.oom and self.memory_limit:
+            return describe_memory(self.memory_limit)
+        return describe_exit(code)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a supervised command ended; ``why`` is set when it was stopped or failed."""
+
+    code: int
+    log: str
+    timed_out: bool
+    oom: bool
+    why: str
+
+
+def run_supervised(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    log_path: Path,
+    log_cap: int = DEFAULT_LOG_MB * 10**6,
+    memory_limit: int | None = None,
+    log_limit: int = 200_000,
+    signal_codes: bool = False,
+) -> Finished:
+    """Run to completion under the limits; the log's last ``log_limit`` characters."""
+    child = Supervised(
+        argv,
+        cwd=cwd,
+        env=env,
+        log_path=log_path,
+        log_cap=log_cap,
+        memory_limit=memory_limit,
+        signal_codes=signal_codes,
+    )
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    while child.poll() is None:
+        if time.monotonic() > deadline:
             timed_out = True
-            kill_group(proc)
-        log.seek(0)
-        text = log.read()
-    return proc.returncode if proc.returncode is not None else -9, text[-log_limit:], timed_out
+            child.kill()
+            break
+        time.sleep(POLL_S)
+    code = child.finish()
+    why = ""
+    if timed_out:
+        why = f"timed out after {timeout:.0f}s"
+    elif child.oom or code != 0:
+        why = child.describe(code)
+    return Finished(code, read_tail(log_path, log_limit), timed_out, child.oom, why)
+
+
+def run_logged(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    log_limit: int = 200_000,
+    memory_limit: int | None = None,
+) -> tuple[int, str, bool]:
+    """Run to completion; return (exit code, combined output tail, timed out)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kw-log-") as tmp:
+        done = run_supervised(
+            argv,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            log_path=Path(tmp) / "log",
+            memory_limit=memory_limit,
+            log_limit=log_limit,
+        )
+    return done.code, done.log, done.timed_out
+
+
+def read_tail(path: Path, limit: int) -> str:
+    """The last ``limit`` bytes of a file as text (never the whole of a large file)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def kill_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:

@@ -1,14 +1,50 @@
-"""The environment the code under test runs in: no secrets, only what it needs.
+"""Where the code under test runs: a bubblewrap sandbox with no secrets and no way out.
 
-The library under test is untrusted code. Its build and its kernels run with an
-environment built from an allow-list, so ``KW_GITHUB_TOKEN``, database URLs and
-anything else the worker holds never reach it.
+The library under test is untrusted code, approved or not: its build scripts and
+its kernels run here, never beside the worker. Two layers:
+
+- **Environment**: built from an allow-list (``clean_env``), so ``KW_GITHUB_TOKEN``,
+  database URLs and anything else the worker holds never reach it.
+- **Namespaces** (``Sandbox.wrap``): bubblewrap (``bwrap``) gives the process tree
+  its own PID namespace (the worker's ``/proc/<pid>/environ`` is not there to
+  read; when its init dies the kernel kills every process left, ``setsid`` or
+  not), its own network namespace (loopback only: no route to Redis,
+  PostgreSQL, the API or GitHub), its own IPC and UTS namespaces, and a
+  filesystem view of the system's read-only tool directories, the interpreter
+  and the ``kernelwatch.kernels`` package read-only, the paths the step must
+  write (a build's entry, a suite's work directory) writable, the
+  environments it runs read-only, a fresh ``$HOME`` and ``/tmp`` and the NVIDIA
+  device nodes. Mirrors, caches, the data directory, ``/root``, ``/home``,
+  ``/run`` and ``/etc/kernelwatch`` are simply absent.
+  A worker running as root runs the code as ``kernelwatch-sandbox`` (or
+  ``nobody`` where that user does not exist), through ``setpriv`` with every
+  capability dropped and ``no_new_privs``; an unprivileged worker's bwrap uses a
+  user namespace instead.
+
+``KW_SANDBOX`` picks the mode: ``bwrap`` (the default) or ``none``, which runs the
+code with the clean environment only. ``none`` is for a development machine that
+runs only its own trusted code; with the default, a host where bubblewrap is
+missing or cannot create namespaces fails closed (``SandboxUnavailable``) instead
+of running code unconfined. ``KW_SANDBOX_MEMORY_GB`` (default: 3/4 of the RAM)
+and ``KW_SANDBOX_LOG_MB`` (default 64) set the limits ``worker/process.py``
+enforces. What this does not isolate is listed in ``docs/security.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelwatch.jobs.errors import ConfigError, InfrastructureError
+from kernelwatch.jobs.library.mirror import tool_env
 
 ALLOWED = (
     "PATH",
@@ -21,6 +57,7 @@ ALLOWED = (
     "LOGNAME",
     "SHELL",
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
     "CUDA_HOME",
     "CUDA_PATH",
     "LD_LIBRARY_PATH",
@@ -39,10 +76,48 @@ ALLOWED = (
     "PIP_CONSTRAINT",
     "PYTHONHASHSEED",
     "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "KW_CPU_THREADS",  # threads of a CPU suite (kernels/device.py:cpu_threads), not a secret
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
 )
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "DATABASE_URL", "BROKER_URL")
+__all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "tool_env"]
+SANDBOX_USER = "kernelwatch-sandbox"
+DEFAULT_LOG_MB = 64
+# /etc entries a toolchain reads; the rest (/etc/kernelwatch/env first) stays out
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "localtime",
+    "timezone",
+    "os-release",
+    "debian_version",
+    "gai.conf",
+    "host.conf",
+    "mime.types",
+    "protocols",
+    "services",
+    "OpenCL",
+    "vulkan",
+    "nvidia",
+)
+# never bound, even when named on PATH: homes, runtime state, service data
+_NEVER = ("/root", "/home", "/tmp", "/var", "/run", "/etc", "/srv", "/proc", "/sys", "/dev")
+_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+class SandboxUnavailable(InfrastructureError):
+    """bubblewrap is missing or cannot create namespaces on this host (fail closed)."""
 
 
 def clean_env(
@@ -62,3 +137,253 @@ def clean_env(
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How code under test is confined; ``wrap`` turns an argv into a confined one."""
+
+    mode: str  # "bwrap" | "none"
+    memory_bytes: int
+    log_cap_bytes: int
+    uid: int | None = None  # set when the worker is root: the user the code runs as
+    gid: int | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Sandbox:
+        """The sandbox the ``KW_SANDBOX*`` variables ask for; fails fast on bad values."""
+        env = os.environ if env is None else env
+        mode = env.get("KW_SANDBOX", "bwrap").strip().lower() or "bwrap"
+        if mode not in ("bwrap", "none"):
+            raise ConfigError(f"KW_SANDBOX must be 'bwrap' or 'none', not {mode!r}")
+        try:
+            memory = float(env.get("KW_SANDBOX_MEMORY_GB", "0") or 0) * 1e9
+            log_cap = float(env.get("KW_SANDBOX_LOG_MB") or DEFAULT_LOG_MB) * 1e6
+        except ValueError as exc:
+            raise ConfigError(f"KW_SANDBOX_MEMORY_GB / KW_SANDBOX_LOG_MB: {exc}") from exc
+        uid = gid = None
+        if mode == "bwrap" and os.geteuid() == 0:
+            uid, gid = sandbox_ids()
+        return cls(mode, int(memory) or default_memory_bytes(), int(log_cap), uid, gid)
+
+    @property
+    def confined(self) -> bool:
+        return self.mode == "bwrap"
+
+    def check(self) -> None:
+        """Raise ``SandboxUnavailable`` unless bwrap can start a sandbox here."""
+        if self.confined:
+            _probe(self.uid is not None)
+
+    def owner(self, paths: Sequence[Path]) -> None:
+        """Give the sandbox user the paths it must write (a no-op unless the worker is root)."""
+        if self.uid is None or self.gid is None:
+            return
+        for top in paths:
+            if not top.exists():
+                continue
+            os.lchown(top, self.uid, self.gid)
+            for dirpath, dirnames, filenames in os.walk(top):
+                for name in (*dirnames, *filenames):
+                    os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+
+    def scratch(self, parent: Path) -> Path:
+        """A fresh directory under ``parent`` that becomes the sandbox's ``/tmp`` and ``$HOME``."""
+        parent.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
+        (path / "home").mkdir()
+        self.owner([path])
+        return path
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        scratch: Path,
+        writable: Sequence[Path] = (),
+        readonly: Sequence[Path] = (),
+    ) -> tuple[list[str], dict[str, str]]:
+        """(argv, env) that run ``argv`` confined; in ``none`` mode only the env changes.
+
+        ``env`` should come from ``clean_env``; ``HOME`` and ``TMPDIR`` point into
+        ``scratch`` and caches that would outlive the run (Triton's) move there too.
+        """
+        inner = dict(env)
+        home = "/tmp/home" if self.confined else str(scratch / "home")
+        tmp = "/tmp" if self.confined else str(scratch)
+        inner.update(HOME=home, TMPDIR=tmp, TRITON_CACHE_DIR=f"{home}/.triton")
+        inner.update(PIP_CONFIG_FILE=os.devnull, GIT_CONFIG_NOSYSTEM="1", PYTHONNOUSERSITE="1")
+        if not self.confined:
+            return list(argv), inner
+        user = SANDBOX_USER if self.uid is not None else inner.get("USER", "sandbox")
+        inner.update(USER=user, LOGNAME=user)
+        out = ["bwrap", "--die-with-parent", "--new-session"]
+        out += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+        out += ["--unshare-cgroup-try", "--hostname", "kernelwatch-sandbox"]
+        if self.uid is None:
+            # unprivileged worker: a user namespace, and none nested in it to regain
+            # capabilities in. A root worker maps no user namespace: setpriv drops to a
+            # real unprivileged uid instead
+            out += ["--unshare-user", "--disable-userns"]
+        system, bound = _system_binds()
+        out += system
+        out += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+        for node in _gpu_nodes():
+            out += ["--dev-bind", node, node]
+        out += ["--bind", str(scratch), "/tmp"]
+        # /tmp is the scratch directory: paths below it are not there unless made
+        made: set[str] = {"/tmp"}
+        for path in _tool_paths(inner):
+            out += _bind("--ro-bind", path, bound, made, skip_covered=True)
+        for path in readonly:
+            out += _bind("--ro-bind", Path(path), bound, made, skip_covered=True)
+        for path in writable:
+            out += _bind("--bind", Path(path), bound, made, skip_covered=False)
+        out += ["--chdir", str(cwd), "--clearenv"]
+        for key, value in sorted(inner.items()):
+            out += ["--setenv", key, value]
+        out.append("--")
+        if self.uid is not None and self.gid is not None:
+            out += _drop_to(self.uid, self.gid)
+        out += list(argv)
+        # bwrap's own init (PID 1 inside) keeps the environment it was started with
+        return out, inner
+
+
+def sandbox_ids() -> tuple[int, int]:
+    """uid and gid of ``kernelwatch-sandbox``, or of ``nobody`` where it does not exist."""
+    for name in (SANDBOX_USER, "nobody"):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return entry.pw_uid, entry.pw_gid
+    return 65534, 65534
+
+
+def default_memory_bytes() -> int:
+    """Three quarters of the machine's RAM: a run may use most of it, never all of it."""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 16 * 10**9
+    return int(pages * 0.75)
+
+
+def describe_memory(limit: int) -> str:
+    return f"out of memory (limit {limit / 1e9:.3g} GB)"
+
+
+def _drop_to(uid: int, gid: int) -> list[str]:
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _bind(
+    flag: str, path: Path, bound: list[str], made: set[str], *, skip_covered: bool
+) -> list[str]:
+    """``flag path path``, preceded by the parents it needs (created world-searchable:
+    bwrap makes missing parents 0700, which the sandbox user could not traverse)."""
+    text = os.path.normpath(str(path))
+    if not path.exists() or text in bound:
+        return []
+    if skip_covered and any(_under(text, b) for b in bound):
+        return []
+    out: list[str] = []
+    parents = [str(p) for p in reversed(Path(text).parents) if str(p) != "/"]
+    for parent in parents:
+        if parent not in made and not any(_under(parent, b) for b in bound):
+            out += ["--perms", "0755", "--dir", parent]
+            made.add(parent)
+    bound.append(text)
+    return [*out, flag, text, text]
+
+
+def _system_binds() -> tuple[list[str], list[str]]:
+    out: list[str] = []
+    bound: list[str] = []
+    for name in _SYSTEM:
+        path = Path("/") / name
+        if path.is_symlink():
+            out += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            out += ["--ro-bind", str(path), str(path)]
+        else:
+            continue
+        bound.append(str(path))
+    out += ["--perms", "0755", "--dir", "/etc"]  # bwrap would make it 0700
+    for name in _ETC:
+        path = Path("/etc") / name
+        if path.exists():
+            out += ["--ro-bind", str(path), str(path)]
+    return out, bound
+
+
+def _gpu_nodes() -> list[str]:
+    dev = Path("/dev")
+    nodes = sorted(str(p) for p in dev.glob("nvidia*") if not p.is_dir())
+    caps = dev / "nvidia-caps"
+    if caps.is_dir():
+        nodes += sorted(str(p) for p in caps.iterdir())
+    dri = dev / "dri"
+    if dri.is_dir():
+        nodes += sorted(str(p) for p in dri.iterdir())
+    return nodes
+
+
+def _tool_paths(env: Mapping[str, str]) -> Iterator[Path]:
+    """The interpreter, ``kernelwatch.kernels``, CUDA and the directories on ``PATH``.
+
+    These are code the worker trusts, bound read-only; nothing under them is a secret
+    (the data directory, ``/etc/kernelwatch`` and home directories are never bound).
+    """
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        yield Path(prefix)
+    yield Path(os.path.realpath(sys.executable)).parent.parent
+    import kernelwatch.kernels
+
+    yield Path(kernelwatch.kernels.__file__).resolve().parent
+    for key in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(key):
+            yield Path(env[key])
+    for key in ("PATH", "LD_LIBRARY_PATH", "PIP_FIND_LINKS"):
+        for part in env.get(key, "").split(os.pathsep):
+            if part.startswith("/") and not part.startswith(_NEVER):
+                yield Path(part)
+
+
+@functools.cache
+def _probe(drop: bool) -> None:
+    if shutil.which("bwrap") is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed: install it (apt-get install bubblewrap) "
+            "or set KW_SANDBOX=none on a development machine that runs only trusted code"
+        )
+    box = Sandbox("bwrap", 10**9, 10**6, *(sandbox_ids() if drop else (None, None)))
+    with tempfile.TemporaryDirectory(prefix="kw-probe-") as tmp:
+        scratch = box.scratch(Path(tmp))
+        argv, env = box.wrap(["true"], cwd=Path("/"), env=clean_env(), scratch=scratch)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"bubblewrap did not start: {exc}") from exc
+    if proc.returncode != 0:
+        raise SandboxUnavailable(
+            f"bubblewrap cannot create a sandbox here ({proc.stderr.strip()[-500:]}); "
+            "user namespaces may be disabled. Fix the host, or set KW_SANDBOX=none on a "
+            "development machine that runs only trusted code"
+        )

@@ -12,26 +12,25 @@ repository under test. Prefix rewriting means one entry can cover a whole host
 (``https://github.com/`` → ``file:///srv/mirrors/github/``). Local mirrors need
 the ``file`` transport, which git refuses for submodules by default since
 2.38.1; it is allowed here for the URLs the server named, and the same
-protocol allow-list as ``jobs/library/mirror.py`` applies otherwise.
+protocol allow-list as ``jobs/library/mirror.py`` applies otherwise, with the
+same hardening: hooks off, system and global config ignored, a clean environment
+(``mirror.SAFE_OPTIONS``, ``mirror.git_env``). The checkout's own ``.gitmodules``
+still names the submodules, but ``submodule.<name>.update`` set to a ``!command``
+is refused by git for ``.gitmodules`` and cannot come from elsewhere here.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError
+from kernelwatch.jobs.library.mirror import SAFE_OPTIONS, git_env
 from kernelwatch.worker.process import run_logged
 
-_SAFE_ENV = {
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 _URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$|^/\S+$")
 
 
@@ -87,9 +86,9 @@ def update(
     Raises InfrastructureError (retried, never blamed on the code) when git fails:
     an unreachable mirror is the fleet's problem, not the commit's.
     """
-    argv = ["git", *mirror_args(mirrors or {}), "-C", str(checkout)]
+    argv = ["git", *SAFE_OPTIONS, *mirror_args(mirrors or {}), "-C", str(checkout)]
     argv += ["submodule", "update", "--init", "--recursive", "--", *paths]
-    env = {**os.environ, **_SAFE_ENV}
+    env = git_env()
     code, log, timed_out = run_logged(argv, cwd=checkout, env=env, timeout=timeout)
     header = "$ " + " ".join(argv) + "\n"
     if timed_out:
@@ -103,12 +102,12 @@ def pinned(checkout: Path, path: str) -> str | None:
     """The commit a submodule path is pinned to at HEAD (None if it is no submodule)."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", f"HEAD:{path}"],
+            ["git", *SAFE_OPTIONS, "-C", str(checkout), "rev-parse", f"HEAD:{path}"],
             capture_output=True,
             text=True,
             timeout=60,
             check=True,
-            env={**os.environ, **_SAFE_ENV},
+            env=git_env(),
         ).stdout.strip()
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
         return None

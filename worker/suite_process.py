@@ -6,22 +6,32 @@ record to its JSON-lines file after it. We watch both: a case that runs past
 (segfault, CUDA error, out of memory) mid-case loses only that case. Either way
 the case is recorded as ``error`` with the log tail, and the runner restarts
 with the finished and failed cases skipped, until every case has a record.
+
+Every line the runner writes is parsed with ``ResultRecord.from_dict`` before it
+is handed on: a line of another schema (a runner newer or older than this
+worker) or of no known shape becomes an ``error`` record that says why, so it is
+neither stored as if it were understood nor allowed to crash the run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import subprocess
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelwatch.kernels.record import RecordError, ResultRecord
 from kernelwatch.kernels.runner import CASE_MARKER
-from kernelwatch.worker.process import describe_exit, die_with_parent, kill_group
+from kernelwatch.worker.process import POLL_S, Supervised, describe_exit, read_tail
+from kernelwatch.worker.sandbox import Sandbox
 
 MAX_RESTARTS = 50
+LOG_TAIL_BYTES = 200_000  # of each pass's log file, the part kept in memory and the database
 
 
 @dataclass
@@ -39,33 +49,36 @@ class SuiteRequest:
     extra_args: list[str] = field(default_factory=list)
     # the paired mode's coordinator (kernels/paired_suite.py) speaks the same protocol
     module: str = "kernelwatch.kernels.runner"
+    # environments the runner reads (bound read-only in the sandbox besides pythonpath)
+    readonly: tuple[str, ...] = ()
+    sandbox: Sandbox | None = None  # None: Sandbox.from_env()
 
 
 @dataclass
 class SuiteOutcome:
-    records: list[dict[str, Any]]
+    records: list[ResultRecord]
     log: str
     aborted: str = ""  # reason the whole suite stopped early, if it did
 
 
 def run_suite(
-    req: SuiteRequest, on_record: Callable[[dict[str, Any]], None] | None = None
+    req: SuiteRequest, on_record: Callable[[ResultRecord], None] | None = None
 ) -> SuiteOutcome:
     req.workdir.mkdir(parents=True, exist_ok=True)
     out_path = req.workdir / "records.jsonl"
     out_path.unlink(missing_ok=True)
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, ResultRecord] = {}
     skip: set[str] = set()
     logs: list[str] = []
     deadline = time.monotonic() + req.suite_timeout_s
     for attempt in range(MAX_RESTARTS):
         log_path = req.workdir / f"runner-{attempt}.log"
         code, current, why = _one_pass(req, out_path, log_path, skip, deadline)
-        log_text = log_path.read_text(errors="replace")
+        log_text = read_tail(log_path, LOG_TAIL_BYTES)
         logs.append(log_text)
-        for rec in _read_records(out_path):
-            if rec["case_id"] not in records:
-                records[rec["case_id"]] = rec
+        for rec in _read_records(out_path, req):
+            if rec.case_id not in records:
+                records[rec.case_id] = rec
                 if on_record:
                     on_record(rec)
         if code == 0 and not why:
@@ -118,91 +131,138 @@ def _one_pass(
     env = dict(req.env)
     if req.pythonpath:
         env["PYTHONPATH"] = ":".join(req.pythonpath)
+    box = req.sandbox or Sandbox.from_env()
+    box.check()
+    box.owner([req.workdir])
+    scratch = box.scratch(req.workdir.parent)
+    readonly = [Path(p) for p in (*req.readonly, *req.pythonpath) if p]
+    argv, env = box.wrap(
+        argv, cwd=req.workdir, env=env, scratch=scratch, writable=[req.workdir], readonly=readonly
+    )
+    marker: list[tuple[str, str, str]] = []
+
+    def on_marker(line: str) -> None:
+        parts = line.split(maxsplit=3)
+        marker.append(
+            (parts[1], parts[2] if len(parts) > 2 else "?", parts[3] if len(parts) > 3 else "{}")
+        )
+
     current: tuple[str, str, str] | None = None
     started = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(
+    why = ""
+    try:
+        child = Supervised(
             argv,
             cwd=req.workdir,
             env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),
+            log_path=log_path,
+            log_cap=box.log_cap_bytes,
+            memory_limit=box.memory_bytes,
+            watch=CASE_MARKER + " ",
+            on_line=on_marker,
+            signal_codes=box.confined,
         )
-        pos = 0
-        why = ""
         while True:
-            code = proc.poll()
-            text, pos = _read_from(log_path, pos)
-            for line in text.splitlines():
-                if line.startswith(CASE_MARKER):
-                    parts = line.split(maxsplit=3)
-                    current = (
-                        parts[1],
-                        parts[2] if len(parts) > 2 else "?",
-                        parts[3] if len(parts) > 3 else "{}",
-                    )
-                    started = time.monotonic()
+            code = child.poll()
+            while marker:
+                current = marker.pop(0)
+                started = time.monotonic()
             if code is not None:
                 break
             now = time.monotonic()
-            if current is not None and now - started > req.case_timeout_s:
+            if child.sink.capped:
+                why = f"log over the {box.log_cap_bytes / 1e6:g} MB cap; runner killed"
+            elif current is not None and now - started > req.case_timeout_s:
                 why = f"case timed out after {req.case_timeout_s:.0f}s; killed"
             elif now > deadline:
                 why = f"suite timed out after {req.suite_timeout_s:.0f}s; killed"
             if why:
-                kill_group(proc)
+                child.kill()
                 break
-            time.sleep(0.1)
-    return proc.returncode if proc.returncode is not None else -9, current, why
+            time.sleep(POLL_S)
+        code = child.finish()
+        while marker:  # markers the pump read after the last poll
+            current = marker.pop(0)
+        if child.oom and not why:
+            why = f"{child.describe(code)}; runner killed"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return code, current, why
 
 
-def _read_from(path: Path, pos: int) -> tuple[str, int]:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        fh.seek(pos)
-        text = fh.read()
-    # only hand back complete lines
-    cut = text.rfind("\n") + 1
-    return text[:cut], pos + len(text[:cut].encode("utf-8", errors="replace"))
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
+def _read_records(path: Path, req: SuiteRequest) -> list[ResultRecord]:
+    """The records written so far, each validated; a line cut short by a crash is skipped."""
     if not path.exists():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in _lines(path):
         try:
-            out.append(json.loads(line))
+            data = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut by a crash
+        out.append(_validated(req, data, line))
     return out
+
+
+def _lines(path: Path, limit: int = 256 * 10**6) -> list[str]:
+    """The file's lines up to ``limit`` bytes: the runner writes it, so it may be a flood too."""
+    out: list[str] = []
+    used = 0
+    try:  # O_NOFOLLOW: the code under test writes this directory
+        fh = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+    except OSError:
+        return out
+    with fh:
+        for raw in fh:
+            used += len(raw)
+            if used > limit:
+                break
+            out.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
+    return out
+
+
+def _validated(req: SuiteRequest, data: Any, line: str) -> ResultRecord:
+    """``data`` as a record, or an ``error`` record of its case saying what was wrong.
+
+    A record without a usable case id is filed under an id made from the line, so
+    it still shows up (as an error of kernel ``invalid-record``) instead of vanishing.
+    """
+    try:
+        return ResultRecord.from_dict(data)
+    except RecordError as exc:
+        why = f"invalid result record from the runner: {exc}"
+    fields = data if isinstance(data, dict) else {}
+    cid = fields.get("case_id")
+    if not isinstance(cid, str) or not cid:
+        cid = "invalid-" + hashlib.sha256(line.encode()).hexdigest()[:8]
+    kernel = fields.get("kernel")
+    params = fields.get("params")
+    return _error_record(
+        req,
+        cid,
+        kernel if isinstance(kernel, str) and kernel else "invalid-record",
+        json.dumps(params) if isinstance(params, dict) else "{}",
+        why,
+        line,
+    )
 
 
 def _error_record(
     req: SuiteRequest, cid: str, kernel: str, params: str, why: str, log: str
-) -> dict[str, Any]:
+) -> ResultRecord:
+    """The record of a case the runner could not report itself (crash, hang, bad line)."""
     try:
         parsed = json.loads(params)
     except json.JSONDecodeError:
         parsed = {}
-    return {
-        "schema": 1,
-        "suite": req.suites[0] if req.suites else "",
-        "case_id": cid,
-        "kernel": kernel,
-        "backend": req.backend or req.impl or "",
-        "params": parsed,
-        "status": "error",
-        "library": req.library,
-        "correctness": None,
-        "timing": None,
-        "throughput": None,
-        "device": {},
-        "environment": {},
-        "error": why,
-        "log_tail": _tail(log, 4000),
-    }
+    suite = req.suites[0] if req.suites else ""
+    backend = req.backend or req.impl or ""
+    params_ = parsed if isinstance(parsed, dict) else {}
+    record = ResultRecord.for_case(suite, cid, kernel, backend, params_)
+    record.library = dict(req.library)
+    record.error = why
+    record.log_tail = _tail(log, 4000)
+    return record
 
 
 def _tail(text: str, n: int) -> str:

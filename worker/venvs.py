@@ -20,8 +20,17 @@ reused until the cache outgrows its size limit, oldest use first.
 - **Toolchain fingerprint**: Python, torch (with its CUDA tag), CUDA and the
   driver. A new driver or torch makes new entries; old ones age out.
 - **Trust**: an entry is used only if its marker (written last) is present and
-  the file listing still matches the one recorded; a failed, partial or
-  tampered entry is deleted and rebuilt, never used.
+  its content still hashes to the digest recorded at creation (``_digest``:
+  sha256 over every file's path, size and content and every symlink's target;
+  bytecode caches aside); a failed, partial or tampered entry is deleted and
+  rebuilt, never used. Code under test cannot rewrite an entry in the first
+  place: its build runs in the sandbox (``worker/sandbox.py``) with only its own
+  entry writable, and the suite sees every entry read-only; the digest is the
+  second lock, for whatever else may write the cache directory.
+- **Who runs what**: the worker's own pip (released versions: wheels only, no
+  code of theirs runs) runs outside the sandbox with a clean environment and no
+  user or system configuration; a from-source build (``setup.py``, the recipe's
+  commands) is code under test and runs sandboxed, without network.
 - **Concurrency**: one lock file per entry (exclusive while building, shared
   while a run uses it) and one for eviction, which skips entries in use.
 
@@ -41,6 +50,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -48,11 +58,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernelwatch.jobs.errors import InstallError
+from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
-from kernelwatch.worker import submodules
-from kernelwatch.worker.process import run_logged
-from kernelwatch.worker.recipes import BuildRecipe
-from kernelwatch.worker.sandbox import clean_env
+from kernelwatch.worker import stubs, submodules
+from kernelwatch.worker.process import run_supervised
+from kernelwatch.worker.sandbox import Sandbox, clean_env, tool_env
 
 MARKER = ".kw-env.json"
 LAST_USED = ".kw-last-used"
@@ -161,8 +171,10 @@ class EnvCache:
         toolchain: Toolchain,
         max_bytes: int = DEFAULT_MAX_BYTES,
         python: str = sys.executable,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.root = root
+        self._sandbox = sandbox
         self.toolchain = toolchain
         self.max_bytes = max_bytes
         self.python = python
@@ -202,7 +214,7 @@ class EnvCache:
             if find_links:
                 argv += ["--find-links", find_links]
             argv += [spec.requirement, *(c.requirement for c in companions)]
-            log = _run(argv, dest, {}, timeout)
+            log = _run(argv, dest, {}, timeout, trusted=True)
             found = installed_versions(site)
             if found.get(spec.name) != spec.version:
                 raise InstallError(
@@ -215,7 +227,7 @@ class EnvCache:
     def commit_env(
         self,
         spec: CommitSpec,
-        recipe: BuildRecipe,
+        recipe: InstallRecipe,
         materialize: Callable[[Path], object],
         *,
         mirrors: Mapping[str, str] | None = None,
@@ -244,21 +256,47 @@ class EnvCache:
             log = ""
             if recipe.submodules:
                 log += submodules.update(src, recipe.submodules, mirrors)
+            if recipe.stub_sources is not None:  # the profile leaves kernels out
+                log += stubs.apply(src, recipe.stub_sources)
             env = dict(recipe.env)
             if use_ccache:
                 env.update(ccache_env(self.root, env))
             if offline:
                 env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
             deadline = time.monotonic() + (recipe.timeout_s or timeout)
+            box = self.sandbox
+            writable = [dest]
+            if "CCACHE_DIR" in env:
+                Path(env["CCACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+                writable.append(Path(env["CCACHE_DIR"]))
+            box.check()
+            box.owner(writable)
+            scratch_root = self.root / "tmp"
             if recipe.recipe == "pip":
                 site = dest / "site"
                 argv = [self.python, "-m", "pip", "install", "--no-deps"]
                 argv += ["--no-build-isolation", "--disable-pip-version-check", "--no-input"]
                 argv += ["--target", str(site), str(src / recipe.subdirectory)]
-                log += _run(argv, src, env, _left(deadline))
+                log += _run(
+                    argv,
+                    src,
+                    env,
+                    _left(deadline),
+                    sandbox=box,
+                    writable=writable,
+                    scratch_root=scratch_root,
+                )
                 return log, (str(site),)
             for argv in recipe.argv(self.python):
-                log += _run(argv, src / recipe.cwd, env, _left(deadline))
+                log += _run(
+                    argv,
+                    src / recipe.cwd,
+                    env,
+                    _left(deadline),
+                    sandbox=box,
+                    writable=writable,
+                    scratch_root=scratch_root,
+                )
             paths = recipe.pythonpath or ("",)
             return log, tuple(str(src / p) if p else str(src) for p in paths)
 
@@ -300,6 +338,13 @@ class EnvCache:
                 removed.append(d.name)
         return removed
 
+    @property
+    def sandbox(self) -> Sandbox:
+        """Where builds run (``KW_SANDBOX*`` unless one was given)."""
+        if self._sandbox is None:
+            self._sandbox = Sandbox.from_env()
+        return self._sandbox
+
     # -- internals ------------------------------------------------------------------
 
     def key(self, material: dict[str, Any]) -> str:
@@ -317,7 +362,7 @@ class EnvCache:
         start = time.monotonic()
         with _locked(self._lock(key), fcntl.LOCK_EX):
             meta = _read_marker(dest)
-            if meta is not None and meta.get("listing") == _listing(dest):
+            if meta is not None and intact(dest, meta):
                 _touch(dest)
                 return self._env(key, dest, meta, True, start)
             if dest.exists():  # partial, failed or tampered: rebuilt, never trusted
@@ -345,6 +390,9 @@ class EnvCache:
                 "log": str(log_path),
                 "size": _tree_size(dest),
                 "listing": _listing(dest),
+                "digest": _digest(dest),
+                "stamp": _stamp(dest),
+                "bytecode": _bytecode(dest),
             }
             _write_marker(dest, meta)
             _touch(dest)
@@ -413,18 +461,75 @@ def _nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def _run(argv: list[str], cwd: Path, env_extra: Mapping[str, str], timeout: float) -> str:
+def _run(
+    argv: list[str],
+    cwd: Path,
+    env_extra: Mapping[str, str],
+    timeout: float,
+    *,
+    trusted: bool = False,
+    sandbox: Sandbox | None = None,
+    writable: Sequence[Path] = (),
+    scratch_root: Path | None = None,
+) -> str:
+    """One build step: the worker's own pip (``trusted``) or code under test (sandboxed)."""
     env = clean_env(env_extra)
     env["PIP_NO_INPUT"] = "1"
     header = "$ " + " ".join(argv) + "\n"
     if timeout <= 0:
         raise InstallError("build timed out before this step", header)
-    code, log, timed_out = run_logged(argv, cwd=cwd, env=env, timeout=timeout)
-    if timed_out:
-        raise InstallError(f"build step timed out after {timeout:.0f}s", header + log)
-    if code != 0:
-        raise InstallError(f"build step failed with exit code {code}: {argv[:3]}", header + log)
-    return header + log
+    if trusted:
+        env.update(tool_env(env))  # no pip.conf, no $HOME of the worker, no secrets
+    scratch = None
+    memory = None
+    if sandbox is not None and not trusted:
+        scratch = sandbox.scratch(scratch_root or cwd.parent)
+        argv, env = sandbox.wrap(argv, cwd=cwd, env=env, scratch=scratch, writable=writable)
+        memory = sandbox.memory_bytes
+    log_dir = Path(tempfile.mkdtemp(prefix="kw-build-log-"))
+    try:
+        done = run_supervised(
+            argv,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            log_path=log_dir / "log",
+            memory_limit=memory,
+            signal_codes=scratch is not None and sandbox is not None and sandbox.confined,
+        )
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if done.timed_out:
+        raise InstallError(f"build step timed out after {timeout:.0f}s", header + done.log)
+    if done.oom:
+        raise InstallError(f"build step {done.why}: {header[2:].split()[:3]}", header + done.log)
+    if done.code != 0:
+        what = " ".join(header[2:].split()[:4])
+        raise InstallError(
+            f"build step failed with exit code {done.code} ({what} ...):\n{build_error(done.log)}",
+            header + done.log,
+        )
+    return header + done.log
+
+
+def build_error(log: str, lines: int = 15) -> str:
+    """What the build tool itself said went wrong: pip's (or the backend's) message.
+
+    The last ``error:`` block of the log when there is one (pip prints its reason there,
+    after pages of progress), else the last ``lines`` non-empty lines. Issue 18: the run's
+    error used to be a truncated argv, the reason only in the build log.
+    """
+    kept = [line.rstrip() for line in log.splitlines() if line.strip()]
+    tail = kept[-4 * lines :]
+    marks = [
+        i
+        for i, line in enumerate(tail)
+        if line.lstrip().lower().startswith(("error:", "× ", "exception:", "traceback"))
+    ]
+    block = tail[marks[0] :] if marks else tail[-lines:]
+    return "\n".join(block)
 
 
 def _left(deadline: float) -> float:
@@ -458,6 +563,97 @@ def _listing(root: Path) -> str:
     for rel, size in _walk(root):
         h.update(f"{rel}\0{size}\n".encode())
     return h.hexdigest()
+
+
+def _digest(root: Path) -> str:
+    """sha256 over every file's path, size and content, and every symlink's target.
+
+    What the listing cannot see: a file rewritten with its size kept. Costs one
+    read of the entry (measured: see docs/security.md).
+    """
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                h.update(f"L {path.relative_to(root)}\0{os.readlink(path)}\n".encode())
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if rel in _IGNORED or name.endswith(".pyc"):
+                continue
+            if path.is_symlink():
+                h.update(f"L {rel}\0{os.readlink(path)}\n".encode())
+                continue
+            h.update(f"F {rel}\0{path.stat().st_size}\0{_file_digest(path)}\n".encode())
+    return h.hexdigest()
+
+
+def _stamp(root: Path) -> str:
+    """Digest of every file's (path, size, inode, mtime, ctime): changes on any write.
+
+    ``ctime`` cannot be set back by an unprivileged process, so an unchanged stamp
+    means no file was touched since the content was last verified, and the content
+    hash (seconds for a multi-GB entry) need not be recomputed on every use.
+    """
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()  # bytecode included: a rewritten .pyc must trigger a full check
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if rel in _IGNORED:
+                continue
+            st = path.lstat()
+            h.update(
+                f"{rel}\0{st.st_size}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode()
+            )
+    return h.hexdigest()
+
+
+def _bytecode(root: Path) -> dict[str, str]:
+    """sha256 of every ``.pyc`` at creation (pip compiles what it installs)."""
+    return {
+        str(p.relative_to(root)): _file_digest(p)
+        for p in sorted(root.rglob("*.pyc"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def _bytecode_kept(root: Path, recorded: Mapping[str, str]) -> bool:
+    """Recorded bytecode is unchanged (deleted is fine: Python recompiles from source).
+
+    Bytecode written later by imports is not damage and not checked; a sandboxed
+    process cannot write an entry, so it cannot plant any either.
+    """
+    for rel, digest in recorded.items():
+        path = root / rel
+        if path.is_symlink():
+            return False
+        if path.exists() and _file_digest(path) != digest:
+            return False
+    return True
+
+
+def intact(dest: Path, meta: dict[str, Any]) -> bool:
+    """The entry still holds what was built, by content hash.
+
+    The stat stamp of the last verification decides whether the content must be
+    hashed again; when it must and the content still matches, the new stamp is
+    recorded (a cache copied or restored keeps working, after one full check).
+    """
+    if not meta.get("digest") or meta.get("listing") != _listing(dest):
+        return False
+    stamp = _stamp(dest)
+    if meta.get("stamp") == stamp:
+        return True
+    if meta["digest"] != _digest(dest) or not _bytecode_kept(dest, meta.get("bytecode", {})):
+        return False
+    meta["stamp"] = stamp
+    _write_marker(dest, meta)
+    return True
 
 
 def _tree_size(root: Path) -> int:

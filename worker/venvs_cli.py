@@ -80,9 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _build_command(args: argparse.Namespace, cache: EnvCache) -> Env:
-    from dataclasses import replace
-
-    from kernelwatch.jobs.library import libspec
+    from kernelwatch.jobs.library import libspec, repoconfig
     from kernelwatch.jobs.library.mirror import Mirror
     from kernelwatch.worker import recipes
 
@@ -102,15 +100,15 @@ def _build_command(args: argparse.Namespace, cache: EnvCache) -> Env:
         sha = mirror.resolve(args.commit)
         spec = libspec.parse_commit_spec(mirror.source, sha)
         if text is None:
-            text = mirror.read_file(sha, ".kernelwatch.toml")
+            text = mirror.read_file(sha, repoconfig.FILE)
 
         def fetch(dest: Path) -> None:
             mirror.worktree(sha, dest)
 
         dropped = set(vendor)
-    recipe = recipes.parse(text).select(args.profile)
+    recipe = recipes.recipe_set(repoconfig.parse(text).install).select(args.profile)
     kept = () if dropped is None else tuple(s for s in recipe.submodules if s not in dropped)
-    recipe = replace(recipe, submodules=kept)
+    recipe = recipe.model_copy(update={"submodules": kept})
 
     def materialize(dest: Path) -> None:
         fetch(dest)

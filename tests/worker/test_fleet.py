@@ -182,12 +182,17 @@ def wait_until(what: str, cond: Callable[[], Any], timeout: float, every: float 
 
 
 class RedisServer:
-    """A private redis-server with AOF persistence that a test may kill and restart."""
+    """A private redis-server that a test may kill and restart.
 
-    def __init__(self, root: Path) -> None:
+    With AOF persistence by default; ``persistent=False`` keeps nothing on disk, so a
+    restart loses every message (a cache-style deployment, or a replaced instance).
+    """
+
+    def __init__(self, root: Path, *, persistent: bool = True) -> None:
         self.dir = root
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
+        self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -196,7 +201,8 @@ class RedisServer:
 
     def start(self) -> None:
         argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir"]
-        argv += [str(self.dir), "--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+        argv += [str(self.dir), "--save", ""]
+        argv += ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else []
         with open(self.dir / "redis.log", "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         wait_until("redis to answer", self.ping, 20)
@@ -558,6 +564,45 @@ def test_redis_restart_with_50_runs_queued_loses_none(fleet: Fleet, tmp_path: Pa
     assert fleet.queue_depth() == 0
 
 
+def test_redis_restarted_without_persistence_loses_no_run(tmp_path: Path) -> None:
+    """20 queued runs, Redis restarted with nothing on disk: the reconciler re-sends all."""
+    from kernelwatch.db.migrate import upgrade
+    from kernelwatch.jobs.planning.reconcile import ReconcileConfig, ReconcilerThread
+
+    url = create_pg_database("kw_volatile")  # its own: the reconciler sees every run
+    upgrade(url)
+    redis = RedisServer(tmp_path / "redis", persistent=False)
+    redis.start()
+    fleet = Fleet(tmp_path, url, redis)
+    reconciler = ReconcilerThread(
+        fleet.factory, fleet.app, ReconcileConfig(interval_s=1, stale_s=8, queued_after_s=5)
+    )
+    try:
+        src, sha = library(tmp_path, "nooplib", suite="noop")
+        ids = fleet.insert_runs(src, sha, 20, bench_args=["--budget", "0.01"])
+        assert fleet.queue_depth() == 20
+        redis.kill()
+        redis.start()
+        assert fleet.queue_depth() == 0  # every message is gone
+        workers = [fleet.worker("w1"), fleet.worker("w2")]
+        fleet.wait_ready(*workers)
+        started = time.monotonic()
+        reconciler.start()
+        fleet.wait_status(ids, FINAL_STATES, 420)
+        recovered_s = time.monotonic() - started
+        with fleet.factory() as s:
+            states = s.scalars(select(Run.status).where(Run.id.in_(ids))).all()
+        assert states == ["succeeded"] * 20
+        per_case = fleet.results_per_case(ids)
+        assert len(per_case) == 40 and set(per_case.values()) == {1}  # 2 cases, once each
+        print(f"20 runs recovered and finished {recovered_s:.0f} s after the worker was ready")
+    finally:
+        reconciler.stop()
+        fleet.close()
+        redis.stop()
+        drop_pg_database(url)
+
+
 def test_postgres_unreachable_for_30s_results_uploaded_after(fleet: Fleet, tmp_path: Path) -> None:
     proxy = PgProxy()
     proxy.start()
@@ -649,14 +694,15 @@ def test_heartbeat_row_is_fresh_and_names_the_current_run(fleet: Fleet, tmp_path
 
 
 def test_secrets_never_reach_the_code_under_test(fleet: Fleet, tmp_path: Path) -> None:
-    dump = tmp_path / "seen.json"
-    src, sha = library(tmp_path, "snooplib", extra=SNOOPS.format(dump=str(dump)))
+    # written to the runner's working directory: the sandbox lets it write nothing else
+    src, sha = library(tmp_path, "snooplib", extra=SNOOPS.format(dump="seen.json"))
     w = fleet.worker("guarded", **SECRETS)
     fleet.wait_ready(w)
     run_id = fleet.plan(src, sha, bench_args=["--kernel", "softmax", "--budget", "0.05"])
     assert final(fleet, run_id, 60).status == "succeeded"
     assert fleet.results(run_id)["softmax"].status == "pass"
 
+    dump = w.data_dir / "work" / f"run-{run_id}" / "suite" / "seen.json"
     seen = json.loads(dump.read_text())
     env: dict[str, str] = seen["env"]
     assert env.get("HARMLESS") == "1"  # the repository's own install env does arrive

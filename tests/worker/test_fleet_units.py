@@ -104,13 +104,13 @@ def test_joining_records_requests_and_asks_for_a_requeue_only_to_outrank(
     assert dedup.join(run, "manual") is False  # below push, already requested
     assert dedup.join(run, "pull_request") is True
     assert dedup.join(run, "gate") is False  # same priority as pull_request
-    assert [j["trigger"] for j in run.options["joined"]] == [
+    assert [j["trigger"] for j in run.options.joined] == [
         "push",
         "manual",
         "pull_request",
         "gate",
     ]
-    assert run.options["joined"][0]["delivery"] == "d1"
+    assert run.options.joined[0]["delivery"] == "d1"
     run.status = "running"
     assert dedup.join(run, "pull_request") is False  # too late to reorder a running run
 
@@ -480,4 +480,4 @@ def test_orphaned_runs_are_sent_again_once_per_stale_period(
     assert requeue_orphans(factory, lambda *a: None, 60, 600, depth) == []
     with factory() as s:
         run = s.get(Run, ids["dead"])
-        assert run is not None and run.options["requeues"] == 1
+        assert run is not None and run.options.requeues == 1

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from kernelwatch.db.config import Settings
-from kernelwatch.jobs.demo.pipeline import start_worker
+from kernelwatch.jobs.cli.processes import start_worker
 from kernelwatch.jobs.planning.broker import EXECUTE_RUN
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]

@@ -17,6 +17,7 @@ from kernelwatch.worker.venvs import (
     MARKER,
     EnvCache,
     Toolchain,
+    build_error,
     installed_versions,
     probe_toolchain,
 )
@@ -215,3 +216,23 @@ def test_command_line_builds_a_commit_with_a_vendored_submodule_offline(
     assert _import_version(tuple(first["pythonpath"]), "kwbuilt") == "TRUE"
     assert venvs_cli.main(argv) == 0
     assert json.loads(capsys.readouterr().out)["cached"] is True
+
+
+def test_an_install_failure_says_what_pip_said(tmp_path: Path, house: Path) -> None:
+    """Issue 18: the error was a truncated argv; it is pip's own message now."""
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN)
+    with pytest.raises(InstallError) as info:
+        cache.version_env(parse_version_spec("kwtiny==9.9"), find_links=str(house))
+    message = str(info.value)
+    assert "exit code" in message
+    assert "No matching distribution found for kwtiny==9.9" in message, message
+
+
+def test_build_error_keeps_the_error_block_of_a_long_log() -> None:
+    log = "\n".join(f"Collecting thing{i}" for i in range(200))
+    log += "\nerror: subprocess-exited-with-error\n  × Getting requirements did not run\n"
+    log += "  ╰─> TOMLDecodeError: Expected ']' at line 1\n"
+    text = build_error(log)
+    assert text.startswith("error: subprocess-exited-with-error") and "TOMLDecodeError" in text
+    assert "Collecting" not in text
+    assert build_error("one\ntwo\n") == "one\ntwo"

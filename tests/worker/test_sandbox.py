@@ -1,0 +1,225 @@
+"""Code under test cannot reach the service: the attacks of issue 14, reproduced.
+
+Each test runs a fake suite runner (a module written into the run's work
+directory, speaking the runner's protocol: a case marker on stderr, a record
+per case in ``--out``) through ``run_suite``, the path a real run takes, inside
+the real bubblewrap sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.worker.process import LogSink, tree_anon_bytes
+from kernelwatch.worker.sandbox import Sandbox, SandboxUnavailable, clean_env
+from kernelwatch.worker.suite_process import SuiteRequest, run_suite
+
+SECRET = "whsec-" + uuid.uuid4().hex
+
+FAKE_RUNNER = r"""
+import argparse, json, os, socket, subprocess, sys, time
+from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.kernels.runner import CASE_MARKER
+
+p = argparse.ArgumentParser()
+p.add_argument("--out"); p.add_argument("--library"); p.add_argument("--suite", action="append")
+p.add_argument("--impl"); p.add_argument("--backend")
+p.add_argument("--skip-case", action="append", default=[])
+p.add_argument("--act", action="append", default=[])  # case=action[:arg]
+args = p.parse_args()
+acts = dict(a.split("=", 1) for a in args.act)
+
+
+def spy(worker_pid):
+    found = {"env": sorted(k for k in os.environ if k.startswith("KW_")), "environ": []}
+    for pid in [worker_pid] + [p for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                found["environ"].append((pid, fh.read().decode(errors="replace")))
+        except OSError as exc:
+            found["environ"].append((pid, type(exc).__name__))
+    for port in (6379, 5432):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            found[f"port{port}"] = "connected"
+        except OSError as exc:
+            found[f"port{port}"] = type(exc).__name__
+    print("SPY " + json.dumps(found), flush=True)
+
+
+for cid in ("c1", "c2", "c3"):
+    if cid in args.skip_case:
+        continue
+    print(f"{CASE_MARKER} {cid} k {{}}", file=sys.stderr, flush=True)
+    act, _, arg = acts.get(cid, "pass").partition(":")
+    if act == "flood":
+        line = (b"x" * 1023 + b"\n") * 1024
+        for _ in range(int(arg)):
+            sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+    elif act == "oom":
+        hog = []
+        for _ in range(int(arg)):
+            hog.append(b"\1" * (32 << 20))
+            time.sleep(0.01)
+    elif act == "setsid":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", arg],
+                         start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    elif act == "spy":
+        spy(arg)
+    rec = ResultRecord.for_case("fake", cid, "k", "b", {})
+    rec.status = "pass"
+    rec.error = ""
+    with open(args.out, "a") as fh:
+        fh.write(rec.to_json() + "\n")
+"""
+
+
+def _request(tmp_path: Path, acts: list[str], box: Sandbox) -> SuiteRequest:
+    workdir = tmp_path / "run" / "suite"
+    workdir.mkdir(parents=True)
+    (workdir / "fake_runner.py").write_text(FAKE_RUNNER)
+    return SuiteRequest(
+        python=sys.executable,
+        pythonpath=(),
+        env=clean_env(),
+        workdir=workdir,
+        suites=["fake"],
+        impl=None,
+        backend="b",
+        library={"name": "fake"},
+        case_timeout_s=60,
+        suite_timeout_s=120,
+        extra_args=[a for act in acts for a in ("--act", act)],
+        module="fake_runner",
+        sandbox=box,
+    )
+
+
+def _box(**kw: int) -> Sandbox:
+    box = Sandbox.from_env({"KW_SANDBOX": "bwrap"})
+    box.check()
+    fields = {**box.__dict__, **kw}
+    return Sandbox(**fields)
+
+
+def _by_case(records: list[ResultRecord]) -> dict[str, ResultRecord]:
+    return {r.case_id: r for r in records}
+
+
+def test_the_suite_sees_no_secret_and_no_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KW_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setenv("KW_DATABASE_URL", f"postgresql://u:{SECRET}@127.0.0.1/test")
+    outcome = run_suite(_request(tmp_path, [f"c2=spy:{os.getpid()}"], _box()))
+    assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+    spy = json.loads(outcome.log.split("SPY ", 1)[1].splitlines()[0])
+    assert spy["env"] == []
+    assert SECRET not in outcome.log
+    # the worker's pid does not exist in the sandbox's PID namespace; bwrap's init
+    # (pid 1) is another user's process, so its environ cannot be read either
+    worker = dict(spy["environ"])[str(os.getpid())]
+    assert worker in ("FileNotFoundError", "PermissionError") or SECRET not in worker
+    assert all(SECRET not in text for _, text in spy["environ"])
+    assert spy["port6379"] != "connected" and spy["port5432"] != "connected"
+
+
+def test_a_setsid_child_does_not_outlive_the_run(tmp_path: Path) -> None:
+    tag = f"kw-orphan-{uuid.uuid4().hex}"
+    outcome = run_suite(_request(tmp_path, [f"c1=setsid:{tag}"], _box()))
+    assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+    left = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if tag.encode() in cmdline:
+            left.append(pid)
+    assert left == []
+
+
+def test_a_log_flood_ends_as_one_error_with_a_capped_log(tmp_path: Path) -> None:
+    cap = 8 * 10**6
+    # 200 MB of stdout in case c2: killed at the cap, c1 and c3 measured as usual
+    outcome = run_suite(_request(tmp_path, ["c2=flood:200"], _box(log_cap_bytes=cap)))
+    cases = _by_case(outcome.records)
+    assert {c: r.status for c, r in cases.items()} == {"c1": "pass", "c2": "error", "c3": "pass"}
+    assert "log over the 8 MB cap" in (cases["c2"].error or "")
+    assert not outcome.aborted
+    log = tmp_path / "run" / "suite" / "runner-0.log"
+    assert cap < log.stat().st_size < cap + 300_000
+    assert "log capped at 8 MB" in log.read_text(errors="replace")
+    assert len(outcome.log) <= 200_000
+
+
+def test_an_allocation_over_the_memory_limit_reads_out_of_memory(tmp_path: Path) -> None:
+    limit = 300 * 10**6
+    # c3 allocates up to 1.6 GB in 32 MB steps; the watchdog stops it near 0.3 GB
+    outcome = run_suite(_request(tmp_path, ["c3=oom:50"], _box(memory_bytes=limit)))
+    cases = _by_case(outcome.records)
+    assert cases["c1"].status == "pass" and cases["c2"].status == "pass"
+    assert cases["c3"].status == "error"
+    assert "out of memory (limit 0.3 GB)" in (cases["c3"].error or "")
+    assert "SIGKILL" not in (cases["c3"].error or "")
+
+
+def test_without_bubblewrap_the_default_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelwatch.worker import sandbox
+
+    sandbox._probe.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        with pytest.raises(SandboxUnavailable, match="KW_SANDBOX=none"):
+            Sandbox.from_env({}).check()
+        Sandbox.from_env({"KW_SANDBOX": "none"}).check()  # the explicit opt-out
+    finally:
+        sandbox._probe.cache_clear()
+
+
+def test_log_sink_finds_markers_across_chunks_and_past_the_cap(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    seen: list[str] = []
+    with os.fdopen(read, "rb") as pipe:
+        sink = LogSink(pipe, tmp_path / "log", 1000, b"MARK ", seen.append)
+        with os.fdopen(write, "wb") as out:
+            out.write(b"noise MARK not-at-line-start\n" + b"y" * 5000 + b"\nMARK one\n")
+            out.flush()
+            out.write(b"MA")
+            out.flush()
+            out.write(b"RK two\nend")
+        assert sink.join(10)
+    assert seen == ["MARK one", "MARK two"]
+    assert sink.capped and sink.written == 1000
+    assert (tmp_path / "log").read_bytes().endswith(b"MARK two\nend")
+
+
+def test_tree_memory_counts_the_children(tmp_path: Path) -> None:
+    import subprocess
+
+    code = "import subprocess, sys, time\n" + (
+        "x = b'1' * (64 << 20)\n"
+        "subprocess.Popen([sys.executable, '-c', \"y = b'1' * (64 << 20); import time; "
+        'time.sleep(30)"])\n'
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while tree_anon_bytes(proc.pid) < 128 << 20:
+            assert time.monotonic() < deadline, tree_anon_bytes(proc.pid)
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
