@@ -19,6 +19,7 @@ from kernelwatch.dashboard import (
     auth,
     cached,
     nav,
+    page_bisect,
     page_compare,
     page_fleet,
     page_regressions,
@@ -34,11 +35,18 @@ RENDER: dict[str, Callable[[str], None]] = {
     "compare": page_compare.render,
     "fleet": page_fleet.render,
     "roofline": page_roofline.render,
+    "bisect": page_bisect.render,
 }
 
 
 def _navigation() -> str:
     """The page named by ``?page=``; the sidebar switch changes it and resets the view."""
+    unknown = nav.unknown_page(nav.param("page"))
+    if unknown is not None:
+        st.error(
+            f"There is no page {unknown!r}: showing Runs. Pages: "
+            + ", ".join(p.key for p in nav.PAGES)
+        )
     current: str = nav.page_key(nav.param("page"))
     keys = [p.key for p in nav.PAGES]
     choice = st.sidebar.radio(

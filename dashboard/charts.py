@@ -14,6 +14,8 @@ import pandas as pd
 from packaging.version import InvalidVersion, Version
 
 from kernelwatch.dashboard import fmt
+from kernelwatch.jobs.judging.history import CHANGEPOINT
+from kernelwatch.kernels.verdict import CaseVerdict
 
 # What the builders return: a layered chart (``.properties`` widens it to this union).
 ChartSpec = alt.LayerChart | alt.FacetChart
@@ -42,26 +44,50 @@ def version_key(v: str) -> tuple[Any, ...]:
         return (1, v)
 
 
-MARKERS = ["ok", "throttled", "improvement", "regression", "broken"]
-MARKER_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#000000"]
-MARKER_SHAPES = ["circle", "triangle-up", "square", "diamond", "cross"]
+# Point kinds, least to most severe; the last three are named after the verdicts.
+MARKERS = [
+    "ok",
+    "throttled",
+    CaseVerdict.IMPROVEMENT.value,
+    CaseVerdict.REGRESSION.value,
+    CaseVerdict.BROKEN.value,
+    # not measured: skipped, or the library has no such kernel at that commit (issue 18:
+    # drawn as broken before); not a severity, so never flagged
+    "missing",
+]
+MARKER_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#000000", "#bbbbbb"]
+MARKER_SHAPES = ["circle", "triangle-up", "square", "diamond", "cross", "stroke"]
+# An error that means "this kernel is not in the library", not "the kernel is wrong".
+ABSENT = "has no kernel"
+
+
+def missing(row: Any) -> bool:
+    """Whether a point is a kernel that was not measured rather than one that broke."""
+    if row["status"] == "skip":
+        return True
+    error = row.get("error") if hasattr(row, "get") else None
+    return row["status"] == "error" and isinstance(error, str) and ABSENT in error
 
 
 def marker(row: Any) -> str:
-    """What a trend point is: broken beats regression beats throttled beats ok."""
+    """What a trend point is: missing, else broken beats regression beats throttled beats ok."""
+    if missing(row):
+        return MARKERS[5]
     if (
         row["status"] in ("fail", "error")
-        or row["verdict"] == "broken"
-        or (row["regression"] == "broken")
+        or row["verdict"] == CaseVerdict.BROKEN
+        or (row["regression"] == CaseVerdict.BROKEN)
     ):
-        return "broken"
-    if row["regression"] in ("regression", "changepoint") or row["verdict"] == "regression":
-        return "regression"
+        return MARKERS[4]
+    if row["regression"] in (CaseVerdict.REGRESSION, CHANGEPOINT) or (
+        row["verdict"] == CaseVerdict.REGRESSION
+    ):
+        return MARKERS[3]
     if not bool(row["reliable"]):
-        return "throttled"
-    if row["verdict"] == "improvement":
-        return "improvement"
-    return "ok"
+        return MARKERS[1]
+    if row["verdict"] == CaseVerdict.IMPROVEMENT:
+        return MARKERS[2]
+    return MARKERS[0]
 
 
 def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
@@ -91,6 +117,11 @@ def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
     out["y"] = out.groupby("case_id")["value"].transform(lambda s: s.ffill().bfill())
     out["short_sha"] = out["sha"].map(fmt.short_sha)
     out["subject"] = out["message"].map(fmt.first_line)
+    # the x axis names commits (short SHA and subject), not their sequence numbers
+    out["commit"] = [
+        f"{fmt.short_sha(s, 8)} {fmt.first_line(m, 28)}".strip()
+        for s, m in zip(out["sha"], out["message"], strict=True)
+    ]
     out["when"] = out["committed_at"].map(
         lambda t: t.strftime("%Y-%m-%d %H:%M") if pd.notna(t) else ""
     )
@@ -111,7 +142,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
 
     x is the commit's first-parent position, or, when every point is a released
     version, the version in release order. ``changes``: rows of (case_id, label,
-    sequence, version, direction, magnitude) from the history detector.
+    sequence, version, direction, magnitude): the change points history recorded.
     """
     data, unit = trend_frame(df, metric)
     versions = version_axis(data)
@@ -126,6 +157,8 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
             "y",
             "marker",
             "short_sha",
+            "sha",
+            "commit",
             "subject",
             "when",
             "status",
@@ -141,17 +174,26 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
         x = alt.X("version:O", title="released version", sort=versions)
         x_field = "version:O"
     else:
+        # Commits in first-parent order, each named by its short SHA and subject (the
+        # full SHA is in the tooltip); an ordinal axis, so change points (recorded by
+        # sequence) are placed by the same names.
+        order = data.drop_duplicates("sequence").sort_values("sequence")
+        names = dict(zip(order["sequence"], order["commit"], strict=True))
         x = alt.X(
-            "sequence:Q",
+            "commit:O",
             title="commit (first-parent order)",
-            axis=alt.Axis(format="d", tickMinStep=1),
-            scale=alt.Scale(zero=False, nice=False),
+            sort=list(order["commit"]),
+            axis=alt.Axis(labelAngle=-40, labelLimit=220),
         )
-        x_field = "sequence:Q"
+        x_field = x  # the same sort in every layer: a union of ordinal domains drops it
+        if changes is not None and len(changes) and "sequence" in changes:
+            changes = changes.assign(commit=changes["sequence"].map(names)).dropna(
+                subset=["commit"]
+            )
     y_title = f"{METRICS.get(metric, metric).split(' (')[0]} [{unit}]"
     series = alt.Color("label:N", title="case") if several else alt.value("#4c78a8")
     tooltip = [
-        alt.Tooltip("short_sha:N", title="commit"),
+        alt.Tooltip("sha:N", title="commit"),
         alt.Tooltip("subject:N", title="message"),
         alt.Tooltip("when:N", title="date"),
         alt.Tooltip("label:N", title="case"),
@@ -184,7 +226,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
         size=alt.condition(alt.datum.marker == "ok", alt.value(30), alt.value(140)),
         tooltip=tooltip,
     )
-    flagged = data[data["marker"].isin(["regression", "broken"])]
+    flagged = data[data["marker"].isin(MARKERS[3:5])]
     layers: list[Any] = [band, line, points]
     if len(flagged):
         rules = (
@@ -193,7 +235,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
             .encode(
                 x=x_field,
                 color=alt.condition(
-                    alt.datum.marker == "broken",
+                    alt.datum.marker == MARKERS[4],
                     alt.value(MARKER_COLORS[4]),
                     alt.value(MARKER_COLORS[3]),
                 ),

@@ -2,10 +2,13 @@
 
 The Compare view lets a person put any two runs side by side, not only a run and
 its analysed baseline, so the numbers are computed here from what is stored:
-the ratio of medians (candidate / baseline, > 1 is slower) with a percentile
-bootstrap interval over the raw samples of both runs. When the samples are
-missing, the interval falls back to the conservative quotient of the stored
-median intervals.
+the ratio of medians (candidate / baseline, > 1 is slower) with the service's
+bootstrap interval over the raw samples of both runs
+(``kernelwatch.jobs.judging.bootstrap``, at the rule's confidence). When the
+samples are missing, the interval falls back to the conservative quotient of the
+stored median intervals. The verdict is the service's rule
+(``kernelwatch.kernels.verdict``): the same interval gets the same word here as
+at the gate and in the PR comment.
 
 These are unpaired comparisons of two separate runs; the verdicts the gate
 posts come from paired, interleaved measurements (``kernelwatch.jobs``) and are
@@ -23,63 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-BOOTSTRAP = 1000
-LEVEL = 0.95
-SEED = 20_240_601
-
-
-# Resampled elements held at once (cases × resamples × samples) when vectorising.
-CHUNK_ELEMENTS = 4_000_000
-
-
-def _clean(values: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float64]]:
-    return np.asarray([x for x in values if x is not None and x > 0], dtype=float)
-
-
-def bootstrap_many(
-    pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
-    level: float = LEVEL,
-    n: int = BOOTSTRAP,
-) -> list[tuple[float, float, float] | None]:
-    """(ratio of medians, low, high) of cand/base for many cases at once.
-
-    Cases with the same sample counts are resampled together (one index matrix per
-    group), so a run of 200 cases costs a few vectorised medians, not 200 loops.
-    None where a side has no samples; NaN bounds where a side has a single sample.
-    """
-    clean = [(_clean(a), _clean(b)) for a, b in pairs]
-    out: list[tuple[float, float, float] | None] = [None] * len(clean)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (a, b) in enumerate(clean):
-        if a.size and b.size:
-            groups.setdefault((a.size, b.size), []).append(i)
-    rng = np.random.default_rng(SEED)
-    tail = (1 - level) / 2 * 100
-    for (na, nb), members in groups.items():
-        base = np.stack([clean[i][0] for i in members])
-        cand = np.stack([clean[i][1] for i in members])
-        ratios = np.median(cand, axis=1) / np.median(base, axis=1)
-        if na < 2 or nb < 2:
-            for k, i in enumerate(members):
-                out[i] = (float(ratios[k]), math.nan, math.nan)
-            continue
-        ia = rng.integers(0, na, size=(n, na))
-        ib = rng.integers(0, nb, size=(n, nb))
-        step = max(1, CHUNK_ELEMENTS // (n * max(na, nb)))
-        for start in range(0, len(members), step):
-            sl = slice(start, start + step)
-            boot = np.median(cand[sl][:, ib], axis=2) / np.median(base[sl][:, ia], axis=2)
-            low, high = np.percentile(boot, [tail, 100 - tail], axis=1)
-            for k in range(boot.shape[0]):
-                out[members[start + k]] = (float(ratios[start + k]), float(low[k]), float(high[k]))
-    return out
-
-
-def bootstrap_ratio(
-    base: Sequence[float], cand: Sequence[float], level: float = LEVEL, n: int = BOOTSTRAP
-) -> tuple[float, float, float] | None:
-    """(ratio of medians, low, high) of cand/base; None without samples on both sides."""
-    return bootstrap_many([(base, cand)], level, n)[0]
+from kernelwatch.jobs.judging.bootstrap import bootstrap_many, bootstrap_ratio
+from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict, case_verdict
 
 
 def verdict(
@@ -89,36 +37,32 @@ def verdict(
     low: float,
     high: float,
     threshold: float,
+    *,
+    reliable: bool = True,
 ) -> str:
-    """Case verdict from the ratio interval, in the analysis' words (plus missing/new)."""
+    """Case verdict: the rule's on the ratio interval, plus ``missing in B`` / ``new in B``.
+
+    A side that did not pass has no time to compare: broken or error when it is B,
+    inconclusive when only A failed (as the analysis skips a failed baseline).
+    """
     if status_b is None:
         return "missing in B"
     if status_a is None:
         return "new in B"
     if status_b == "fail":
-        return "broken"
+        return CaseVerdict.BROKEN
     if status_b == "error":
-        return "error"
+        return CaseVerdict.ERROR
     if status_a in ("error", "fail", "skip") or status_b == "skip":
-        return "inconclusive"
-    if not math.isfinite(ratio):
-        return "inconclusive"
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "inconclusive"
-    if low > 1 + threshold:
-        return "regression"
-    if high < 1 / (1 + threshold):
-        return "improvement"
-    if low >= 1 / (1 + threshold) and high <= 1 + threshold:
-        return "unchanged"
-    return "inconclusive"
+        return CaseVerdict.INCONCLUSIVE
+    return case_verdict(ratio, low, high, threshold, reliable=reliable)
 
 
 def _samples(value: Any) -> list[float]:
     return list(value) if isinstance(value, list | tuple | np.ndarray) else []
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
+def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = MIN_EFFECT) -> pd.DataFrame:
     """Per-case comparison of run ``a`` (baseline) and run ``b`` (candidate).
 
     Both frames come from ``queries.run_results(..., samples=True)``. Cases present
@@ -158,6 +102,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 0.05) -> pd.Dat
             ratio = low = high = math.nan
         status_a = _str(r["status_a"])
         status_b = _str(r["status_b"])
+        reliable = bool(_first(r["reliable_b"], True)) and bool(_first(r["reliable_a"], True))
         rows.append(
             {
                 "case_id": r["case_id"],
@@ -173,10 +118,11 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = 0.05) -> pd.Dat
                 "ratio_low": low,
                 "ratio_high": high,
                 "change_pct": (ratio - 1) * 100 if _finite(ratio) else math.nan,
-                "verdict": verdict(status_a, status_b, ratio, low, high, threshold),
+                "verdict": verdict(
+                    status_a, status_b, ratio, low, high, threshold, reliable=reliable
+                ),
                 "analysis_verdict": _str(r["verdict_b"]),
-                "reliable": bool(_first(r["reliable_b"], True))
-                and bool(_first(r["reliable_a"], True)),
+                "reliable": reliable,
             }
         )
     out = pd.DataFrame(rows)
@@ -268,3 +214,15 @@ def _first(*values: Any) -> Any:
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             return v
     return None
+
+
+__all__ = [
+    "bootstrap_many",  # re-exported: the service's one bootstrap
+    "bootstrap_ratio",
+    "compare",
+    "heatmap",
+    "natural_order",
+    "param_axes",
+    "param_values",
+    "verdict",
+]

@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, TypeGuard
 
+import pandas as pd
+
+from kernelwatch.kernels import units
+
 
 def is_num(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -64,16 +68,32 @@ def change(ratio: Any, low: Any = None, high: Any = None) -> str:
 
 
 def ratio(ratio: Any, low: Any = None, high: Any = None) -> str:
-    """A ratio with its interval: ``×1.123 [1.081, 1.160]``."""
-    if not is_num(ratio):
-        return "–"
-    text = f"×{ratio:.3f}"
-    if is_num(low) and is_num(high):
-        text += f" [{low:.3f}, {high:.3f}]"
-    return text
+    """A ratio with its interval and change: ``1.123× [1.081, 1.160] (+12.3 %)``.
+
+    The one convention of every page, the CLI and the PR comment (``kernels/units.py``).
+    """
+    return units.ratio_text(ratio, low, high)
 
 
 def params(p: Any) -> str:
     if not isinstance(p, dict):
         return ""
     return ", ".join(f"{k}={v}" for k, v in sorted(p.items()))
+
+
+# Row colours of moved cases (runs, regressions, compare): red slower or wrong, green faster.
+ROW_COLORS = {
+    "regression": "background-color: rgba(255, 75, 75, 0.18)",
+    "broken": "background-color: rgba(255, 75, 75, 0.18)",
+    "less_accurate": "background-color: rgba(255, 165, 0, 0.18)",
+    "improvement": "background-color: rgba(33, 195, 84, 0.15)",
+}
+
+
+def highlight(table: pd.DataFrame, column: str = "verdict") -> Any:
+    """``table`` styled with moved rows coloured by their verdict (a pandas Styler)."""
+
+    def colour(row: pd.Series) -> list[str]:
+        return [ROW_COLORS.get(str(row[column]), "")] * len(row)
+
+    return table.style.apply(colour, axis=1)

@@ -30,10 +30,18 @@ PAGES: tuple[PageInfo, ...] = (
     PageInfo("compare", "Compare", ("a", "b", "kernel", "x", "y")),
     PageInfo("fleet", "Fleet", ()),
     PageInfo("roofline", "Roofline", ("run", "repo")),
+    PageInfo("bisect", "Bisections", ("id",)),
 )
 BY_KEY = {p.key: p for p in PAGES}
 # Spellings a link may use for a page.
-ALIASES = {"run": "runs", "trends": "trend", "regression": "regressions", "workers": "fleet"}
+ALIASES = {
+    "run": "runs",
+    "trends": "trend",
+    "regression": "regressions",
+    "workers": "fleet",
+    "bisection": "bisect",
+    "bisections": "bisect",
+}
 
 
 def page_key(raw: str | None) -> str:
@@ -42,6 +50,15 @@ def page_key(raw: str | None) -> str:
     raw = raw.strip().lower()
     raw = ALIASES.get(raw, raw)
     return raw if raw in BY_KEY else "runs"
+
+
+def unknown_page(raw: str | None) -> str | None:
+    """``raw`` when it names no page (a mistyped link), else None: the app says so
+    instead of silently showing Runs (issue 18)."""
+    if not raw:
+        return None
+    key = ALIASES.get(raw.strip().lower(), raw.strip().lower())
+    return None if key in BY_KEY else raw
 
 
 def link(page: str, **params: Any) -> str:

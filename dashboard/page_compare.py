@@ -15,6 +15,8 @@ import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, compare_stats, fmt, nav
 from kernelwatch.db.config import get_settings
+from kernelwatch.db.run_options import RunOptions
+from kernelwatch.kernels.verdict import CONFIDENCE
 
 FIXED_ANY = "(worst over all)"
 
@@ -56,11 +58,8 @@ def render(url: str) -> None:
             f"{run_b['device_class']}): ratios compare different hardware."
         )
 
-    default_thr = float(
-        (run_b.get("options") or {}).get(
-            "regression_threshold", get_settings().regression_threshold
-        )
-    )
+    default_thr = RunOptions.parse(run_b.get("options")).regression_threshold
+    default_thr = get_settings().regression_threshold if default_thr is None else default_thr
     threshold = st.number_input(
         "Minimum effect (relative)",
         min_value=0.001,
@@ -93,8 +92,10 @@ def render(url: str) -> None:
         },
     )
     st.caption(
-        "Ratio of medians B/A (> 1: B is slower) with a 95 % bootstrap interval over "
-        "the stored samples of both runs; unpaired. "
+        f"Ratio of medians B/A (> 1: B is slower) with a {CONFIDENCE * 100:g} % bootstrap "
+        "interval over the stored samples of both runs; unpaired. Verdicts: the gate's rule "
+        f"at this minimum effect (regression only when the interval reaches +{threshold:.1%}; "
+        "unchanged only when it lies within ±it). "
         + (
             "The analysed verdict is the paired comparison the gate used."
             if analysed

@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import auth, cached, fmt, nav
+from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.triage import ACTIVE_STATES, TRIAGE_ACTIONS
 
 STATES = ("open", "acknowledged", "expected", "false_positive", "fixed")
@@ -51,7 +52,7 @@ def render(url: str) -> None:
         "candidate against its baseline with the confidence interval."
     )
     st.dataframe(
-        regression_table(df),
+        fmt.highlight(regression_table(df), "kind"),
         hide_index=True,
         column_config={
             "open": st.column_config.LinkColumn("id", display_text=r"regression=(\d+)"),
@@ -111,7 +112,7 @@ def magnitude(r: dict[str, Any]) -> str:
         return f"broken: {fmt.first_line(r['detail'], 80) or 'correctness failed'}"
     if r["kind"] == "changepoint":  # from the history detector: no pairwise interval
         return fmt.first_line(r["detail"], 80)
-    return f"{fmt.change(r['ratio'], r['ratio_ci_low'], r['ratio_ci_high'])}"
+    return fmt.ratio(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"])
 
 
 def suspect_range(r: dict[str, Any]) -> str:
@@ -134,13 +135,31 @@ def trend_link(r: dict[str, Any]) -> str:
     return link
 
 
+def measured_impl(r: dict[str, Any]) -> str:
+    """The module whose kernels the run measured: the run's ``--impl``, else what the
+    commit's ``.kernelwatch.toml`` named, else the case's backend label. Without it a
+    repro ``bench`` measures kernelwatch's own kernels (issue 18)."""
+    options = RunOptions.from_stored(r.get("run_options") or {})
+    module = options.impl or (options.config.module if options.config else None)
+    return str(module or r["backend"])
+
+
 def repro_commands(r: dict[str, Any]) -> str:
+    """Commands that measure exactly the flagged case: commit, baseline, suite, module,
+    kernel, build profile and (when it was) paired."""
+    options = RunOptions.from_stored(r.get("run_options") or {})
+    impl = measured_impl(r)
     run = ["kernelwatch", "run", str(r["source"])]
     if r["sha"]:
         run += ["--commit", str(r["sha"])]
     if r["baseline_sha"]:
         run += ["--baseline", str(r["baseline_sha"])]
-    run += ["--suite", str(r["suite"])]
+    run += ["--suite", str(r["suite"]), "--impl", impl, "--kernel", str(r["kernel"])]
+    if options.profile:
+        run += ["--profile", options.profile]
+    if options.paired:
+        run += ["--paired"]
+    run += ["--device-class", str(r["device_class"]), "--wait"]
     bench = [
         "kernelwatch",
         "bench",
@@ -150,6 +169,8 @@ def repro_commands(r: dict[str, Any]) -> str:
         str(r["kernel"]),
         "--out",
         "results.jsonl",
+        "--impl",
+        impl,
     ]
     return (
         "# measure the suspect commit against its baseline (queued on a worker)\n"

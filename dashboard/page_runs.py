@@ -13,6 +13,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import cached, fmt, nav
 from kernelwatch.db.models import RUN_STATES
+from kernelwatch.db.run_options import RunOptions
 
 LOG_TAIL_CHARS = 20_000
 TELEMETRY_FIELDS = (
@@ -105,6 +106,7 @@ def run_table(df: pd.DataFrame) -> pd.DataFrame:
                 for s, v in zip(df["sha"], df["version_spec"], strict=True)
             ],
             "message": df["message"].map(fmt.first_line),
+            "moved": df.get("moved", ""),
             "device class": df["device_class"],
             "worker": df["worker"].fillna(""),
             "trigger": df["trigger"],
@@ -153,7 +155,12 @@ def render_run(url: str, run_id: int) -> None:
             )
     st.markdown(" · ".join(facts))
     if run["error"]:
-        st.error(run["error"])
+        show_error(run["error"])
+    if run["device_class"] == "cpu":
+        st.caption(
+            "CPU run: timings prove the plumbing only (threads pinned, see the README); "
+            "correctness verdicts are real."
+        )
 
     results = cached.run_results(url, run_id)
     tabs = st.tabs(["Cases", "Build log", "Case logs", "GPU telemetry"])
@@ -161,7 +168,7 @@ def render_run(url: str, run_id: int) -> None:
         cases_tab(results, run)
     with tabs[1]:
         log = run["build_log"] or ""
-        runner = (run["options"] or {}).get("runner_log_tail", "")
+        runner = RunOptions.parse(run["options"]).runner_log_tail
         if not log and not runner:
             st.caption("No build log stored.")
         if log:
@@ -188,6 +195,16 @@ BADGE_COLORS = {
 }
 
 
+def show_error(text: str) -> None:
+    """An error as its first line, then the whole text preformatted when there is more
+    (a traceback or pip's message flattened into a paragraph is unreadable, issue 18)."""
+    text = str(text).strip()
+    first = text.splitlines()[0] if text else ""
+    st.error(first)
+    if text != first:
+        st.code(text, language=None)
+
+
 def badge(word: str) -> str:
     return f":{BADGE_COLORS.get(word, 'gray')}-badge[{word}]"
 
@@ -208,7 +225,7 @@ def cases_tab(results: pd.DataFrame, run: dict[str, Any]) -> None:
             )
         )
     st.dataframe(
-        case_table(results, run),
+        fmt.highlight(case_table(results, run)),
         hide_index=True,
         column_config={
             "trend": st.column_config.LinkColumn("trend", display_text="trend"),
@@ -257,7 +274,7 @@ def logs_tab(results: pd.DataFrame) -> None:
     for r in noisy.itertuples():
         with st.expander(f"{r.kernel} · {r.label} · {r.status}", expanded=r.status != "pass"):
             if r.error:
-                st.error(r.error)
+                show_error(r.error)
             if r.log_tail:
                 st.code(str(r.log_tail)[-LOG_TAIL_CHARS:], language=None)
 

@@ -3,7 +3,9 @@
 ``?page=trend&repo=1&device=h100&case=<id>&metric=time`` opens one series; param
 filters (``p_seq=4096``) select a slice when no single case is named. Points are
 in first-parent commit order; the band is the median's confidence interval;
-regressions, broken cases and throttled measurements are marked.
+regressions, broken cases and throttled measurements are marked. The change points
+drawn are the ones the service recorded (``jobs/judging/history.py``, at the
+gate's minimum effect), never recomputed here: the chart shows what was flagged.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav
-from kernelwatch.jobs.judging.detect import detect
+from kernelwatch.jobs.judging.history import CHANGEPOINT
+from kernelwatch.kernels.verdict import CaseVerdict
 
 MAX_SERIES = 12
 ANY = "(all)"
@@ -139,34 +142,36 @@ def render(url: str) -> None:
         "Band: confidence interval of the median. ◆ red: regression flagged at "
         "that commit · + black: broken (correctness failed or error), drawn at the last "
         "good value · ▲ orange: measured on a throttled GPU (never a regression) · "
-        "purple line: a change point of the history (`kernelwatch detect`, the detector "
-        "the service uses)."
+        "purple line: a change point the service recorded in the history (a slowdown "
+        "of at least the minimum effect, found by `kernelwatch detect`'s detector)."
     )
     _points_table(data, metric, repo)
 
 
 def change_points(data: pd.DataFrame) -> pd.DataFrame:
-    """Change points of each case's median time over its good, reliable points."""
-    rows = []
-    for cid, series in data.groupby("case_id", sort=False):
-        good = series[
-            (series["status"] == "pass") & series["median_s"].notna() & series["reliable"]
-        ]
-        if len(good) < 8:  # two segments of the detector's minimum length
-            continue
-        for cp in detect(good["median_s"].astype(float).to_numpy(), lower_is_better=True):
-            at = good.iloc[cp.index]
-            rows.append(
-                {
-                    "case_id": cid,
-                    "label": at["label"],
-                    "sequence": at["sequence"],
-                    "version": charts.version_of(at["sha"]),
-                    "direction": cp.direction,
-                    "magnitude": cp.magnitude,
-                }
-            )
-    return pd.DataFrame(rows)
+    """The change points recorded at these points (``Regression`` rows of kind changepoint).
+
+    History records the first point of each new, slower level; its ratio is the new
+    level over the old one.
+    """
+    columns = ["case_id", "label", "sequence", "version", "direction", "magnitude"]
+    if data.empty or "regression" not in data:
+        return pd.DataFrame(columns=columns)
+    at = data[data["regression"] == CHANGEPOINT]
+    rows = [
+        {
+            "case_id": row["case_id"],
+            "label": row["label"],
+            "sequence": row["sequence"],
+            "version": charts.version_of(row["sha"]),
+            "direction": CaseVerdict.REGRESSION,
+            "magnitude": float(row["regression_ratio"]) - 1
+            if pd.notna(row.get("regression_ratio"))
+            else float("nan"),
+        }
+        for _, row in at.iterrows()
+    ]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _param_filters(

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, Executable, func, inspect, select
 from sqlalchemy import case as sql_case
 from sqlalchemy.orm import aliased
 
+from kernelwatch.db.bisect import Bisection, BisectionStep
 from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import Case, Commit, Regression, Repository, Result, Run
 from kernelwatch.db.triage import TriageEvent
@@ -183,7 +184,28 @@ def runs(
         q = q.where(Run.status.in_(list(statuses)))
     if device_class:
         q = q.where(Run.device_class == device_class)
-    return _with_durations(_frame(engine, q))
+    df = _with_durations(_frame(engine, q))
+    df["moved"] = _moved_kernels(engine, [int(i) for i in df["id"]]) if len(df) else []
+    return df
+
+
+# Case verdicts a run list names ("softmax regression"): what someone opens the run for.
+LISTED_MOVES = ("regression", "less_accurate", "broken", "improvement")
+
+
+def _moved_kernels(engine: Engine, run_ids: list[int]) -> list[str]:
+    """Per run (in ``run_ids`` order), the kernels that moved and how: ``softmax regression``."""
+    q = (
+        select(Result.run_id, Case.kernel, Result.verdict)
+        .join(Case, Result.case_id == Case.id)
+        .where(Result.run_id.in_(run_ids), Result.verdict.in_(LISTED_MOVES))
+        .distinct()
+    )
+    moved: dict[int, list[str]] = {}
+    with engine.connect() as conn:
+        for run_id, kernel, verdict in sorted(conn.execute(q).all(), key=lambda r: (r[0], r[1])):
+            moved.setdefault(run_id, []).append(f"{kernel} {verdict}")
+    return [", ".join(moved.get(i, [])) for i in run_ids]
 
 
 def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
@@ -308,7 +330,8 @@ def trend(
     """Results of cases over a repository's commits on one device class, in commit order.
 
     A commit measured more than once keeps its newest run. ``regression`` is the
-    kind of a Regression row flagged at that point (regression | broken), if any.
+    kind of a Regression row flagged at that point (regression | broken | changepoint),
+    if any, and ``regression_ratio`` its ratio (a change point's new level / old).
     """
     if not case_ids:
         return pd.DataFrame()
@@ -337,6 +360,7 @@ def trend(
             Regression.id.label("regression_id"),
             Regression.kind.label("regression"),
             Regression.state.label("regression_state"),
+            Regression.ratio.label("regression_ratio"),
         )
         .join(Run, Result.run_id == Run.id)
         .join(Commit, Run.commit_id == Commit.id)
@@ -350,12 +374,14 @@ def trend(
             Run.repository_id == repository_id,
             Run.device_class == device_class,
         )
-        .order_by(Commit.sequence, Result.run_id)
+        # ``sequence`` is the first-parent depth from git (db/store.py:upsert_commit):
+        # commits of two branches may share one, so ties go by commit time.
+        .order_by(Commit.sequence, Commit.committed_at, Result.run_id)
     )
     df = _frame(engine, q)
     if df.empty:
         return df
-    df = df.drop_duplicates(subset=["case_id", "sequence"], keep="last")
+    df = df.drop_duplicates(subset=["case_id", "sha"], keep="last")
     return df.reset_index(drop=True)
 
 
@@ -425,6 +451,7 @@ def regressions(
             Repository.name.label("repository"),
             Repository.source.label("source"),
             Run.device_class,
+            Run.options.label("run_options"),
             Commit.sha,
             Commit.message,
             func.coalesce(base_commit.sha, Run.baseline_sha).label("baseline_sha"),
@@ -523,3 +550,58 @@ def heartbeats(engine: Engine) -> pd.DataFrame | None:
     with engine.connect() as conn:
         result = conn.execute(q)
         return pd.DataFrame.from_records([tuple(r) for r in result], columns=list(result.keys()))
+
+
+# --------------------------------------------------------------------------- bisections
+
+
+def bisections(engine: Engine, limit: int = 200) -> pd.DataFrame:
+    """Bisections newest first: range, status, culprit and its effect, device seconds."""
+    b = Bisection
+    q = (
+        select(
+            b.id,
+            Repository.name.label("repository"),
+            b.device_class,
+            b.good_sha,
+            b.bad_sha,
+            b.case_pattern,
+            b.status,
+            b.reason,
+            b.culprit_sha,
+            b.culprit_verdict,
+            b.culprit_ratio,
+            b.culprit_ci_low,
+            b.culprit_ci_high,
+            b.gpu_seconds,
+            b.budget_s,
+            b.created,
+            b.finished,
+        )
+        .join(Repository, Repository.id == b.repository_id)
+        .order_by(b.id.desc())
+        .limit(limit)
+    )
+    return _frame(engine, q)
+
+
+def bisection_steps(engine: Engine, bisection_id: int) -> pd.DataFrame:
+    """One bisection's steps in order, each with its run and that run's state."""
+    s = BisectionStep
+    q = (
+        select(
+            s.position,
+            s.purpose,
+            s.sha,
+            s.against_sha,
+            s.outcome,
+            s.verdict,
+            s.seconds,
+            s.run_id,
+            Run.status.label("run_status"),
+        )
+        .outerjoin(Run, Run.id == s.run_id)
+        .where(s.bisection_id == bisection_id)
+        .order_by(s.position)
+    )
+    return _frame(engine, q)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, CommitParent, Regression, Repository, Result, Run
 from kernelwatch.db.session import make_engine, session_factory, transaction
+from kernelwatch.jobs.judging import history
 from kernelwatch.kernels.record import case_id
 
 SOURCE = "https://github.com/example/flash-attn-mini.git"
@@ -376,6 +377,8 @@ def add_release_history(session: Session, seed: int = 11) -> tuple[int, str]:
         median = 100e-6 * (1.25 if slow else 1.0)
         session.add(_result(rng, run, case, median, 1e9, 1e9, sha=sha))
         previous = sha
+    session.flush()
+    history.scan_run(session, run)  # the service records the step; the Trends page draws it
     return repo.id, case.id
 
 

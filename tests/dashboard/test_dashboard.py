@@ -266,7 +266,8 @@ def test_regressions_list_open_ones_newest_first(db: tuple[str, History]) -> Non
     at = open_page("regressions")
     table = frames(at)[0]
     assert list(table["kind"]) == ["broken", "regression"]
-    assert table["magnitude"].iloc[1] == "+30.0 % [+27.0, +33.0]"
+    # issue 18: one unit convention on every page and in the CLI (was "+30.0 % [+27.0, +33.0]")
+    assert table["magnitude"].iloc[1] == "1.300× [1.270, 1.330] (+30.0 %)"
     assert table["magnitude"].iloc[0].startswith("broken: rel L2 error")
     assert table["suspect range"].iloc[1] == f"{h.shas[1][:10]}..{h.shas[2][:10]}"
     assert table["compare"].iloc[1] == (

@@ -1,0 +1,98 @@
+"""The Bisections page: the culprit, its effect, the steps and the device time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kernelwatch.db.bisect import Bisection, BisectionStep
+from kernelwatch.db.config import get_settings
+from kernelwatch.db.migrate import upgrade
+from kernelwatch.db.session import engine_for, session_factory
+from kernelwatch.db.store import get_or_create_repository
+
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+GOOD, BAD, CULPRIT, PARENT = "a" * 40, "b" * 40, "c" * 40, "d" * 40
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    url = f"sqlite:///{tmp_path / 'kernelwatch.db'}"
+    upgrade(url)
+    with session_factory(engine_for(url))() as s, s.begin():
+        repo = get_or_create_repository(s, "slowkern", "/src/slowkern")
+        row = Bisection(
+            repository_id=repo.id,
+            good_sha=GOOD,
+            bad_sha=BAD,
+            commits=[GOOD, PARENT, CULPRIT, BAD],
+            case_pattern="softmax",
+            status="found",
+            culprit_sha=CULPRIT,
+            culprit_parent=PARENT,
+            culprit_ratio=3.04,
+            culprit_ci_low=2.81,
+            culprit_ci_high=3.3,
+            culprit_verdict="regression",
+            gpu_seconds=412.0,
+        )
+        s.add(row)
+        s.flush()
+        for i, (sha, outcome, verdict) in enumerate(
+            [(BAD, "bad", "regression"), (PARENT, "skip", "failed"), (CULPRIT, "bad", "regression")]
+        ):
+            s.add(
+                BisectionStep(
+                    bisection_id=row.id,
+                    position=i,
+                    sha=sha,
+                    against_sha=GOOD,
+                    purpose="search",
+                    outcome=outcome,
+                    verdict=verdict,
+                    seconds=100.0,
+                )
+            )
+        bid = row.id
+    monkeypatch.setenv("KW_DATABASE_URL", url)
+    monkeypatch.setenv("KW_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("KW_DASHBOARD_PASSWORD", raising=False)
+    monkeypatch.delenv("KW_DASHBOARD_TRUSTED_HEADER", raising=False)
+    get_settings.cache_clear()
+    return bid
+
+
+def test_the_bisection_page_shows_culprit_effect_steps_and_device_seconds(db: int) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["page"] = "bisect"
+    at.query_params["id"] = str(db)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Bisections"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {
+        "Status": "found",
+        "Culprit": CULPRIT[:12],
+        "Effect": "3.04x",
+        "Device seconds": "412",
+    }
+    steps = at.dataframe[0].value
+    assert list(steps["commit"]) == [BAD[:12], PARENT[:12], CULPRIT[:12]]
+    assert list(steps["skipped"]) == [False, True, False]
+    assert "interval 2.810–3.300" in " ".join(m.value for m in at.markdown)
+
+
+def test_no_bisections_says_how_to_start_one(
+    db: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    upgrade(url)
+    monkeypatch.setenv("KW_DATABASE_URL", url)
+    get_settings.cache_clear()
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["page"] = "bisections"
+    at.run()
+    assert not at.exception and not at.error
+    assert "kernelwatch bisect" in " ".join(c.value for c in at.caption)
