@@ -59,6 +59,7 @@ from kernelwatch.db.models import Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, store_record, upsert_commit
 from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
+from kernelwatch.kernels.record import ResultRecord
 
 PG_ADMIN_URL = os.environ.get(
     "KW_BENCH_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -397,7 +398,7 @@ def _write_rows(
                 assert run is not None
                 rec = dict(records[i % len(records)])
                 rec["case_id"] = f"{prefix}{i % len(records):015d}"
-                store_record(s, run, rec)
+                store_record(s, run, ResultRecord.from_dict(rec))
 
     t0 = time.perf_counter()
     pool = [threading.Thread(target=writer) for _ in range(workers)]

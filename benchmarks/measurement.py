@@ -11,6 +11,10 @@ kernel, both sides launching it, or extra dependent FMAs inside a launch-bound
 kernel), 20+ trials each.
 
     python benchmarks/measurement.py --part all --out measurement.json
+
+The GPU driver runs both parts as ``python -m benchmarks.gpu measure`` and
+``python -m benchmarks.gpu paired`` (``benchmarks/gpu/``), with deadlines and a
+CPU mode; this module holds the kernels and the protocol they share.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import measurement_cases
-from kernelwatch.kernels import benchcases, spin
+from benchmarks import benchcases, measurement_cases
+from kernelwatch.kernels import spin
 from kernelwatch.kernels.paired import PairedConfig, Side, compare
 from kernelwatch.kernels.telemetry import Telemetry
 from kernelwatch.kernels.timing import TimerConfig, measure
+from kernelwatch.kernels.verdict import MIN_EFFECT
 
 CV_KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "bf16 GEMM 8192^3": (benchcases.gemm, {"m": 8192, "n": 8192, "k": 8192}),
@@ -43,26 +48,45 @@ CV_KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "SDPA prefill 4x32x4096 causal": (measurement_cases.sdpa_prefill, {}),
 }
 
+BENCHCASES = benchcases.__name__  # side processes import the factories by this name
 PAIRED_KERNELS: dict[str, dict[str, Any]] = {
     "bf16 GEMM 4096^3": {
-        "factory": "kernelwatch.kernels.benchcases:gemm",
+        "factory": f"{BENCHCASES}:gemm",
         "params": {"m": 4096, "n": 4096, "k": 4096},
         "inject": "spin",
-        "min_effect": 0.005,
+        "min_effect": MIN_EFFECT,
+    },
+    # decode-shaped (m = 64, ~12 us on the H200): issue 13's short-kernel case
+    "bf16 GEMM 64x4096x4096": {
+        "factory": f"{BENCHCASES}:gemm",
+        "params": {"m": 64, "n": 4096, "k": 4096},
+        "inject": "spin",
+        "min_effect": MIN_EFFECT,
     },
     "fp32 add 64M": {
-        "factory": "kernelwatch.kernels.benchcases:add",
+        "factory": f"{BENCHCASES}:add",
         "params": {"numel": 64 * 2**20},
         "inject": "spin",
-        "min_effect": 0.0025,
+        "min_effect": MIN_EFFECT,
     },
     "add 64K launch-bound": {
-        "factory": "kernelwatch.kernels.benchcases:add_launch",
+        "factory": f"{BENCHCASES}:add_launch",
         "params": {"numel": 65536},
         "inject": "fma",
         "min_effect": 0.005,
         # timed as CUDA graphs over rotating input copies: placement already varies
         "placements": 2,
+    },
+}
+# The CPU mode of the driver: the protocol end to end on a 128^3 matmul; the injected
+# work is extra rows of a second matmul (rows / n of a call), coarse but of known size.
+CPU_PAIRED_KERNELS: dict[str, dict[str, Any]] = {
+    "cpu matmul 128": {
+        "factory": f"{BENCHCASES}:cpu_matmul",
+        "params": {"n": 128},
+        "inject": "rows",
+        "min_effect": 0.02,
+        "placements": 1,
     },
 }
 
@@ -71,7 +95,9 @@ def cv(xs: list[float]) -> float:
     return statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else math.nan
 
 
-def part_cv(repeats: int, budget: float, only: list[str] | None) -> list[dict[str, Any]]:
+def part_cv(
+    repeats: int, budget: float, only: list[str] | None, deadline: float = math.inf
+) -> list[dict[str, Any]]:
     import triton.testing
 
     cases = {}
@@ -96,6 +122,9 @@ def part_cv(repeats: int, budget: float, only: list[str] | None) -> list[dict[st
         for n in cases
     }
     for rep in range(repeats):
+        if rep and time.perf_counter() > deadline:
+            print(f"cv: deadline reached after {rep} repeats", flush=True)
+            break
         for name, (call, inputs) in cases.items():
             t = time.perf_counter()
             m = measure(call, inputs, TimerConfig(budget_s=budget))
@@ -144,7 +173,10 @@ def _calibrate(name: str, spec: dict[str, Any], a: Side, b: Side) -> dict[str, A
     vals = a.ask({"cmd": "block", "samples": max(20, int(0.2 / max(d["sample_s"], 1e-6)))})
     t_call = statistics.median(vals["values"])
     out: dict[str, Any] = {"t_call_s": t_call}
-    if spec["inject"] == "spin":
+    if spec["inject"] == "rows":
+        n = out["n"] = int(spec["params"]["n"])
+        out["extra"] = {p: {"extra_rows": max(1, round(p / 100 * n))} for p in (0.5, 1, 2)}
+    elif spec["inject"] == "spin":
         per_iter = spin.seconds_per_iter()
         reading = Telemetry(0).read()
         out["spin_s_per_iter"] = per_iter
@@ -177,6 +209,8 @@ def _fresh_pairs(m: int, trial: int) -> tuple[list[Side], list[Side]]:
 
 def _nominal_pct(cal: dict[str, Any], extra: dict[str, Any]) -> float | None:
     """The injected work as % of a call, from the spin's measured slope (None: FMAs)."""
+    if "extra_rows" in extra:
+        return 100.0 * float(extra["extra_rows"]) / float(cal["n"])
     if "extra_iters" not in extra:
         return 0.0 if not extra else None
     pct = 100 * extra["extra_iters"] * cal["spin_s_per_iter"] / cal["t_call_s"]
@@ -194,9 +228,13 @@ def part_paired(
     pairs: int = 1,
     conditions: list[str] | None = None,
     deadline: float = math.inf,
+    specs: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for name, spec in PAIRED_KERNELS.items():
+    for name, spec in (PAIRED_KERNELS if specs is None else specs).items():
+        if time.perf_counter() > deadline:
+            print(f"{name}: not started, deadline reached", flush=True)
+            continue
         if only and not any(o in name for o in only):
             continue
         a, b = Side("A"), Side("B")
@@ -244,6 +282,8 @@ def part_paired(
                         side.close()
                 print(f"{name}: trial {t + 1}/{trials}", flush=True)
             for cond, log in trial_log.items():
+                if not log:  # the deadline came first
+                    continue
                 flagged = sum(r["verdict"] == "regression" for r in log)
                 any_alarm = sum(r["verdict"] in ("regression", "improvement") for r in log)
                 rows.append(
@@ -255,7 +295,9 @@ def part_paired(
                         "alarms": any_alarm,
                         "ci_excludes_1": sum(r["ci_low"] > 1 or r["ci_high"] < 1 for r in log),
                         "mean_ratio": statistics.mean(r["ratio"] for r in log),
-                        "sd_ratio": statistics.stdev(r["ratio"] for r in log),
+                        "sd_ratio": (
+                            statistics.stdev(r["ratio"] for r in log) if len(log) > 1 else math.nan
+                        ),
                         "mean_blocks_s": statistics.mean(r["seconds"] for r in log),
                         "max_blocks_s": max(r["seconds"] for r in log),
                         "mean_wall_s": statistics.mean(r["wall_s"] for r in log),

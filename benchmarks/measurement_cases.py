@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from kernelwatch.kernels.benchcases import Case
+from benchmarks.benchcases import SideCase
 
 
 def flashinfer_decode(
     tokens: int = 8192, q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128
-) -> Case:
+) -> SideCase:
     import flashinfer
 
     q = torch.randn(q_heads, head_dim, device="cuda", dtype=torch.float16)
@@ -26,7 +26,7 @@ def flashinfer_decode(
 
 def sdpa_prefill(
     batch: int = 4, heads: int = 32, seq: int = 4096, head_dim: int = 128, causal: bool = True
-) -> Case:
+) -> SideCase:
     q, k, v = (
         torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
         for _ in range(3)
@@ -40,7 +40,7 @@ def sdpa_prefill(
 
 def flashinfer_prefill(
     seq: int = 4096, q_heads: int = 32, kv_heads: int = 8, head_dim: int = 128
-) -> Case:
+) -> SideCase:
     import flashinfer
 
     q = torch.randn(seq, q_heads, head_dim, device="cuda", dtype=torch.bfloat16)

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwatch.kernels import benchcases
+from benchmarks import benchcases
 from kernelwatch.kernels.timing import TimerConfig, make_sampler
 
 CASES: dict[str, tuple[Any, dict[str, Any]]] = {

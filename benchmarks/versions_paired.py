@@ -6,6 +6,9 @@ alternate ABBA/BAAB (``kernels/paired.py``). Prints and writes one row per case
 and repeat: ratio B/A with its interval and the verdict.
 
     python benchmarks/versions_paired.py --a /tmp/fi053 --b /tmp/fi060 --out OUT.json
+
+On the GPU host ``python -m benchmarks.gpu libraries --part flashinfer`` installs the
+carried versions and runs this.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@
 #      recorded); the database once more after the stop (heartbeat state "gone")
 #   g. everything into ONE archive, $OUT/fleet.tgz, and a short summary printed last
 #
-#   OUT=/some/empty/dir benchmarks/gpu_fleet.sh        from the repository root
+#   python -m benchmarks.gpu fleet                     how to run it (JSON + table)
+#   OUT=/some/empty/dir bash benchmarks/gpu/fleet_host.sh   the script alone
 #
 # Carry `.svc` (the service wheels the GPU image lacks: celery and its dependencies,
 # SQLAlchemy, Alembic + Mako, pydantic + pydantic-settings, python-dotenv, tzlocal,
@@ -30,7 +31,7 @@
 # (wheel folder, default .svc), KW_FLEET_BUDGET_S (145), KW_FLEET_WAIT_S (90),
 # KW_FLEET_BENCH_ARGS (extra suite-runner arguments, default "--budget 0.5").
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 T0=$(date +%s)
 BUDGET=${KW_FLEET_BUDGET_S:-145}
@@ -89,7 +90,7 @@ HELP=("$PY" "$W/fleet_helpers.py")   # an argv, so that `timeout` can run it
 
 # ------------------------------------------------------------------ the helpers (Python)
 cat > "$W/fleet_helpers.py" <<'PYEOF'
-"""Helpers of benchmarks/gpu_fleet.sh: detect, submit, dump, proctree, stop, summary."""
+"""Helpers of benchmarks/gpu/fleet_host.sh: detect, submit, dump, proctree, stop, summary."""
 from __future__ import annotations
 
 import json

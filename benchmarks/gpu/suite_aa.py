@@ -1,0 +1,171 @@
+"""``suite-aa``: whole suites in paired mode against themselves (A/A).
+
+``kernelwatch bench-paired`` (``kernels/paired_suite.py``, the merge gate's
+measurement) with the same library on both sides, over the quick ``gemm`` suite
+(torch: cuBLAS), ``decode`` (FlashInfer when a carried wheel or an install is
+there, else SDPA's gather path, said so in the JSON) and ``prefill`` (SDPA).
+Nothing changed, so every case should end ``unchanged``: per suite and pass it
+counts cases per verdict, whether a PR would have been blocked (a case
+``regression``, ``less_accurate`` or ``broken``), and the GPU **wall** seconds per
+case (from the moment each record was written, so process start and set-up are
+included) and per suite, beside the seconds of blocks. ``--passes N`` repeats
+the whole set. Options after ``--`` go to every ``bench-paired`` call.
+
+    python -m benchmarks.gpu suite-aa --passes 3 --flashinfer 0.5.3 -- --pairs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.gpu import host
+
+NAME = "suite-aa"
+HELP = "whole-suite A/A with bench-paired: verdicts and GPU wall s per case"
+BLOCKING = ("regression", "less_accurate", "broken")
+ADAPTERS = "kernelwatch.kernels.adapters"
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One suite's bench-paired call: which adapter, which kernels, which path."""
+
+    suite: str
+    impl: str
+    backend: str
+    library: dict[str, Any]
+    path: str = ""
+    kernels: tuple[str, ...] = ()
+    note: str = ""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", action="append", choices=("gemm", "decode", "prefill"))
+    p.add_argument("--passes", type=int, default=1)
+    p.add_argument("--size", default=None, help="default quick (CPU: smoke)")
+    p.add_argument("--flashinfer", metavar="VERSION", help="carried FlashInfer for decode")
+    p.add_argument("--suite-timeout", type=float, default=300, help="seconds per suite call")
+    p.add_argument("bench_args", nargs="*", help="after --: more bench-paired options")
+
+
+def _plan(ctx: host.Context, args: argparse.Namespace) -> list[SuiteRun]:
+    import torch
+
+    torch_lib = {"name": "torch", "version": torch.__version__}
+    wanted = args.suite or ["gemm", "decode", "prefill"]
+    runs: list[SuiteRun] = []
+    if "gemm" in wanted:
+        # the CPU has no FP8/grouped GEMMs worth timing: the plain GEMMs prove the plumbing
+        kernels = ("gemm",) if ctx.cpu else ()
+        runs.append(SuiteRun("gemm", f"{ADAPTERS}.gemm", "torch", torch_lib, kernels=kernels))
+    if "decode" in wanted:
+        path, why = (None, "CPU mode") if ctx.cpu else host.flashinfer(ctx, args.flashinfer)
+        if path is not None:
+            version = why.split()[1] if why.startswith("flashinfer ") else "installed"
+            lib = {"name": "flashinfer-python", "version": version}
+            runs.append(SuiteRun("decode", f"{ADAPTERS}.flashinfer", "flashinfer", lib, path))
+        else:
+            note = f"no FlashInfer: {why}"
+            runs.append(SuiteRun("decode", f"{ADAPTERS}.sdpa", "sdpa", torch_lib, note=note))
+    if "prefill" in wanted:
+        kernels = ("prefill",) if ctx.cpu else ()
+        runs.append(SuiteRun("prefill", f"{ADAPTERS}.sdpa", "sdpa", torch_lib, kernels=kernels))
+    return runs
+
+
+def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str, Any]:
+    verdicts: dict[str, int] = {}
+    cases: list[dict[str, Any]] = []
+    last = 0.0
+    for i, r in enumerate(records):
+        paired = r.get("paired") or {}
+        verdict = paired.get("verdict") or r.get("status")
+        verdicts[str(verdict)] = verdicts.get(str(verdict), 0) + 1
+        at = arrivals[i] if i < len(arrivals) else last
+        cases.append(
+            {
+                "kernel": r.get("kernel"),
+                "case_id": r.get("case_id"),
+                "params": r.get("params"),
+                "status": r.get("status"),
+                "verdict": verdict,
+                "ratio": paired.get("ratio"),
+                "ci": [paired.get("ci_low"), paired.get("ci_high")],
+                "blocks_s": paired.get("seconds"),
+                "attempts": paired.get("attempts"),
+                "wall_s": round(at - last, 2),
+                "error": (r.get("error") or "")[:300],
+            }
+        )
+        last = at
+    blocked = [c for c in cases if c["verdict"] in BLOCKING]
+    walls = [c["wall_s"] for c in cases if c["status"] == "pass"]
+    return {
+        "verdicts": verdicts,
+        "blocked": bool(blocked),
+        "blocking_cases": blocked,
+        "blocks_s": sum(c["blocks_s"] or 0 for c in cases),
+        "wall_s_per_case_median": statistics.median(walls) if walls else None,
+        "cases": cases,
+    }
+
+
+def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    size = args.size or ("smoke" if ctx.cpu else "quick")
+    extra = [a for a in args.bench_args if a != "--"]
+    if ctx.cpu and "--budget" not in extra:
+        extra += ["--budget", "0.3", "--retries", "0"]
+    plan = _plan(ctx, args)
+    results: list[dict[str, Any]] = []
+    for n in range(args.passes):
+        for s in plan:
+            label = f"{s.suite}-{s.backend}-pass{n + 1}"
+            out = ctx.logs / f"{label}.jsonl"
+            argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite"]
+            argv += ["--baseline-path", s.path, "--candidate-path", s.path, "--suite", s.suite]
+            argv += ["--impl", s.impl, "--backend", s.backend, "--size", size, "--out", str(out)]
+            lib = json.dumps(s.library)
+            argv += ["--library", lib, "--baseline-library", lib]
+            for k in s.kernels:
+                argv += ["--kernel", k]
+            step = ctx.run(label, [*argv, *extra], args.suite_timeout, reserve=5, watch=out)
+            summary = _summarise(host.read_jsonl(out), step.arrivals)
+            results.append(
+                {
+                    "pass": n + 1,
+                    "suite": s.suite,
+                    "impl": s.impl,
+                    "library": s.library,
+                    "note": s.note,
+                    "rc": step.rc,
+                    "timed_out": step.timed_out,
+                    "skipped": step.skipped,
+                    "wall_s": round(step.seconds, 2),
+                    **summary,
+                }
+            )
+    table = [f"{'pass':<5}{'suite':<9}{'backend':<11}{'cases':>6}{'wall s':>8}{'s/case':>8}"
+             f"{'blocks s':>9}  blocked  verdicts"]  # fmt: skip
+    for r in results:
+        per = r["wall_s_per_case_median"]
+        table.append(
+            f"{r['pass']:<5}{r['suite']:<9}{r['impl'].rsplit('.', 1)[-1]:<11}"
+            f"{len(r['cases']):>6}{r['wall_s']:>8.1f}{'' if per is None else f'{per:.1f}':>8}"
+            f"{r['blocks_s']:>9.1f}  {'YES' if r['blocked'] else 'no':<7}  "
+            + " ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items()))
+            + (f"  ({r['skipped']})" if r["skipped"] else "")
+            + (" TIMED OUT" if r["timed_out"] else "")
+            + (f" rc {r['rc']}: see logs/{NAME}/" if r["rc"] not in (0, None) else "")
+        )
+    blocked_passes = sum(
+        any(r["blocked"] for r in results if r["pass"] == n + 1) for n in range(args.passes)
+    )
+    table.append(f"PRs that would be blocked: {blocked_passes} of {args.passes} passes")
+    doc = {"size": size, "bench_args": extra, "passes": args.passes, "suites": results}
+    doc["blocked_passes"] = blocked_passes
+    return doc, table

@@ -1,0 +1,230 @@
+"""The tables of ``docs/results-h200.md``, generated from the committed H200 dataset.
+
+Why: a table typed by hand from a JSON file drifts from it (a rounding, a row
+forgotten, a figure from another run). Each table here is computed from the
+record files that ``docs/data/h200-dataset.toml`` names, and written into the
+document between ``<!-- generated:begin NAME -->`` and ``<!-- generated:end NAME -->``;
+text outside the markers is left as it is.
+
+    python -m benchmarks.results_tables            # rewrite docs/results-h200.md
+    python -m benchmarks.results_tables --check    # exit 1 if it is out of date
+
+``tests/benchmarks/test_results_tables.py`` runs ``--check``'s function in CI. What this
+module does not do: measure anything, or judge (the paired verdicts are the ones
+recorded; the ratios are the records' own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelwatch.jobs.planning.dataset import DatasetRun, Manifest, load_manifest
+from kernelwatch.kernels.record import ResultRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "docs" / "data" / "h200-dataset.toml"
+DOC = ROOT / "docs" / "results-h200.md"
+_BLOCK = re.compile(
+    r"(<!-- generated:begin (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- generated:end (?P=name) -->)",
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The manifest with each run's records, read once."""
+
+    manifest: Manifest
+    records: dict[str, list[ResultRecord]]  # by manifest file
+
+    def run(self, file: str) -> DatasetRun:
+        (row,) = [r for r in self.manifest.run if r.file == file]
+        return row
+
+
+def load(manifest_path: Path = MANIFEST) -> Dataset:
+    manifest = load_manifest(manifest_path)
+    records = {}
+    for row in manifest.run:
+        lines = (manifest_path.parent / row.file).read_text(encoding="utf-8").splitlines()
+        records[row.file] = [ResultRecord.from_dict(json.loads(x)) for x in lines if x.strip()]
+    return Dataset(manifest, records)
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def _us(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e6:.1f} µs"
+
+
+def _shape(record: ResultRecord) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(record.params.items()) if k != "dtype")
+
+
+def _short(commit: str) -> str:
+    """A full sha as its first 8 digits; a label as it is."""
+    return commit[:8] if re.fullmatch(r"[0-9a-f]{40}", commit) else commit
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def first_suite(data: Dataset, file: str = "bench-h200-2026-11-29.jsonl") -> str:
+    """The basic suite natively: error against its bound, time, rates, how sampling stopped."""
+    rows = []
+    for r in data.records[file]:
+        c, t, p = r.correctness, r.timing, r.throughput
+        err = f"{c.errors['rel_l2']:.2e} (bound {c.bound:.2e})" if c else "—"
+        peak = f"{p.pct_of_peak:.1f} % {p.bound_by}" if p and p.pct_of_peak is not None else "—"
+        stop = f"{t.stop_reason}, n={t.n}" + (", graph" if t.cuda_graph else "") if t else "—"
+        rows.append(
+            [
+                r.kernel,
+                str(r.params.get("dtype", "")),
+                _shape(r),
+                r.status,
+                err,
+                _us(t.median if t else None),
+                f"{p.tflops:.1f}" if p else "—",
+                f"{p.gbps:.0f}" if p else "—",
+                peak,
+                stop,
+            ]
+        )
+    header = ["kernel", "dtype", "shape", "status", "rel. L2 error", "median", "TFLOP/s",
+              "GB/s", "% of measured peak", "stop"]  # fmt: skip
+    return _table(header, rows)
+
+
+def _prefill_case(r: ResultRecord) -> str:
+    p = r.params
+    kind = "causal" if p.get("causal") else "non-causal"
+    if p.get("seq_q") != p.get("seq_k"):
+        what = f"q {p['seq_q']}, kv {p['seq_k']}, GQA {p['heads'] // p['kv_heads']}"
+        return f"{p['model']} prefill with prefix ({what}), {kind}"
+    return f"{p['model']} prefill {p['batch']} × {p['seq_q']}, {kind}"
+
+
+def fa3_paired(data: Dataset, file: str = "session10/fa3_paired.jsonl") -> str:
+    """The paired comparison as the gate saw it: ratio, its interval, the verdict."""
+    rows = []
+    for r in data.records[file]:
+        s = r.paired
+        if r.status == "skip" or s is None or s.ratio is None:
+            continue
+        level = f"{(s.confidence or 0) * 100:.0f} %"
+        interval = f"[{s.ci_low:.4f}, {s.ci_high:.4f}]" if s.ci_low and s.ci_high else "—"
+        rows.append([_prefill_case(r), f"{s.ratio:.4f}", f"{interval} ({level})", str(s.verdict)])
+    return _table(["case", "ratio 3e87e421 / 16c7f0f6", "interval", "verdict"], rows)
+
+
+def fa3_commits(
+    data: Dataset,
+    paired: str = "session10/fa3_paired.jsonl",
+    alone: str = "session10/fa3_c_bench.jsonl",
+) -> str:
+    """FA3's median per case at its three commits, from the two record files of 2026-11-30.
+
+    16c7f0f6 has no records of its own: its column is the baseline side of the paired
+    file (block medians, warm L2, interleaved); 3e87e421 is the candidate side;
+    c75d019d was benched alone (cold L2). The paired ratio is the comparison to trust.
+    """
+    later = {r.case_id: r for r in data.records[alone]}
+    rows = []
+    for r in data.records[paired]:
+        s, c = r.paired, later.get(r.case_id)
+        if r.status == "skip" or s is None:
+            continue
+        c_time = c.timing.median if c is not None and c.timing else None
+        rows.append(
+            [
+                _prefill_case(r),
+                _us(s.baseline_median),
+                _us(s.candidate_median),
+                _us(c_time),
+                f"{s.ratio:.3f}" if s.ratio else "—",
+            ]
+        )
+    header = ["case", "16c7f0f6 (paired, baseline side)", "3e87e421 (paired, candidate side)",
+              "c75d019d (alone)", "paired ratio 3e87e421 / 16c7f0f6"]  # fmt: skip
+    return _table(header, rows)
+
+
+def dataset_index(data: Dataset) -> str:
+    """What ``kernelwatch import docs/data/h200-dataset.toml`` loads, file by file."""
+    rows = []
+    for row in data.manifest.run:
+        recs = data.records[row.file]
+        counts: dict[str, int] = {}
+        for r in recs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        parent = "—" if row.parent is None else _short(row.parent)
+        rows.append(
+            [
+                f"`{row.file}`",
+                row.repo,
+                _short(row.commit),
+                parent,
+                str(row.measured)[:16].replace("T", " "),
+                row.card[:12],
+                f"{len(recs)} ({status})",
+            ]
+        )
+    header = ["file", "repository", "commit", "compared with", "measured (UTC)", "card", "records"]
+    return _table(header, rows)
+
+
+TABLES: dict[str, Callable[[Dataset], str]] = {
+    "first-suite": first_suite,
+    "fa3-paired": fa3_paired,
+    "fa3-commits": fa3_commits,
+    "dataset": dataset_index,
+}
+
+
+def render(text: str, data: Dataset) -> str:
+    """``text`` with every generated block rewritten; an unknown block name is an error."""
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in TABLES:
+            raise KeyError(f"unknown generated block {name!r}; known: {', '.join(TABLES)}")
+        return m.group(1) + TABLES[name](data) + "\n" + m.group(4)  # blank: the table ends
+
+    return _BLOCK.sub(fill, text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.results_tables", description=__doc__)
+    ap.add_argument("--doc", type=Path, default=DOC)
+    ap.add_argument("--manifest", type=Path, default=MANIFEST)
+    ap.add_argument("--check", action="store_true", help="exit 1 if the document is stale")
+    args = ap.parse_args(argv)
+    before = args.doc.read_text(encoding="utf-8")
+    after = render(before, load(args.manifest))
+    if args.check:
+        if after != before:
+            print(f"{args.doc} is stale: python -m benchmarks.results_tables", file=sys.stderr)
+            return 1
+        return 0
+    if after != before:
+        args.doc.write_text(after, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

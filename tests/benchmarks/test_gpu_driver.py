@@ -1,0 +1,170 @@
+"""The GPU benchmark driver (``python -m benchmarks.gpu``) in its CPU mode.
+
+One chained call, as a device call would make it (prelude + gputests + paired +
+suite-aa), on the CPU with tiny sizes: every sub-command writes its JSON, the
+logs travel as one archive, the tables come last. The numbers prove the
+plumbing only; what is checked is what a reader of the JSON relies on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.gpu import cli, gputests, suite_aa
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _driver(out: Path, *argv: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--cpu", "--out", str(out), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def chained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
+    out = tmp_path_factory.mktemp("gpu-driver")
+    t0 = time.monotonic()
+    done = _driver(
+        out,
+        "--deadline-s", "300",
+        "prelude",
+        "+", "gputests", "--file", "tests/kernels/test_gpu_kernels.py",
+        "+", "paired", "--trials", "2", "--condition", "A/A", "--condition", "+2%",
+        "+", "suite-aa", "--suite", "gemm", "--", "--budget", "0.2", "--retries", "0",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out, done.stdout, time.monotonic() - t0
+
+
+def _doc(out: Path, name: str) -> dict[str, Any]:
+    doc = json.loads((out / f"{name}.json").read_text())
+    assert doc["command"] == name and doc["status"] == "ok", doc.get("error")
+    assert doc["cpu"] is True and doc["machine"]["device"] == "cpu"
+    return doc
+
+
+def test_every_sub_command_writes_its_json_and_the_logs_travel_as_one_file(
+    chained: tuple[Path, str, float],
+) -> None:
+    out, stdout, wall = chained
+    files = sorted(p.name for p in out.iterdir())
+    # a device call returns at most 8 files: one JSON per sub-command and one archive
+    assert all(p.is_file() for p in out.iterdir())
+    assert files == ["gputests.json", "logs.tgz", "paired.json", "prelude.json", "suite-aa.json"]
+    with tarfile.open(out / "logs.tgz") as tar:
+        names = tar.getnames()
+    assert "logs/gputests/gputests.xml" in names
+    assert any(n.startswith("logs/suite-aa/gemm-torch-pass1.jsonl") for n in names)
+    # the short tables come last, in the order of the chain
+    tail = stdout[stdout.index("== prelude") :]
+    assert tail.index("== gputests") < tail.index("== paired") < tail.index("== suite-aa")
+    assert tail.rstrip().splitlines()[-1].startswith("4 sub-command(s) in")
+    assert sum(_doc(out, n)["seconds"] for n in ("prelude", "paired", "suite-aa")) < wall
+
+
+def test_prelude_records_the_machine_and_that_there_is_no_gpu(
+    chained: tuple[Path, str, float],
+) -> None:
+    res = _doc(chained[0], "prelude")["result"]
+    assert res["kernelwatch"]["how"] == "installed" and res["kernelwatch_imports"] is True
+    assert "error" in res["nvidia_smi"]  # no driver here; on the H200 one row per GPU
+    assert set(res["carried"]) == {".whl", ".svc", ".src"}
+
+
+def test_gputests_skip_without_a_gpu_and_are_counted_from_junit(
+    chained: tuple[Path, str, float],
+) -> None:
+    res = _doc(chained[0], "gputests")["result"]
+    assert res["rc"] == 0 and not res["timed_out"]
+    assert res["counts"].get("skipped", 0) == len(res["cases"]) > 0
+    assert all(c["message"].startswith("needs a CUDA GPU") for c in res["cases"])
+
+
+def test_paired_reports_each_condition_with_the_injected_size(
+    chained: tuple[Path, str, float],
+) -> None:
+    res = _doc(chained[0], "paired")["result"]
+    assert res["benchcases"] == "benchmarks.benchcases"  # what the side processes import
+    rows = {r["condition"]: r for r in res["rows"]}
+    assert set(rows) == {"A/A", "+2%"}
+    assert all(r["trials"] == 2 and len(r["ratios"]) == 2 for r in rows.values())
+    assert rows["A/A"]["nominal_pct"] == 0.0 and rows["A/A"]["extra"] == {}
+    assert rows["+2%"]["extra"] == {"extra_rows": 3} and rows["+2%"]["nominal_pct"] > 2
+    # three extra rows of a second matmul per call: slower than nothing extra
+    assert rows["+2%"]["mean_ratio"] > rows["A/A"]["mean_ratio"]
+    assert all(r["mean_wall_s"] >= r["mean_blocks_s"] > 0 for r in rows.values())
+
+
+def test_suite_aa_counts_verdicts_and_wall_seconds_per_case(
+    chained: tuple[Path, str, float],
+) -> None:
+    doc = _doc(chained[0], "suite-aa")
+    res = doc["result"]
+    (suite,) = res["suites"]
+    assert suite["suite"] == "gemm" and suite["rc"] == 0 and not suite["timed_out"]
+    assert res["size"] == "smoke" and res["bench_args"] == ["--budget", "0.2", "--retries", "0"]
+    cases = suite["cases"]
+    assert len(cases) == 2 and sum(suite["verdicts"].values()) == 2
+    assert {c["kernel"] for c in cases} == {"gemm"}
+    # wall per case from when each record appeared: set-up included, within the suite's wall
+    assert all(c["wall_s"] > 0 for c in cases)
+    assert sum(c["wall_s"] for c in cases) <= suite["wall_s"]
+    assert all(c["wall_s"] >= (c["blocks_s"] or 0) for c in cases)
+    assert suite["blocked"] == any(c["verdict"] in suite_aa.BLOCKING for c in cases)
+    assert res["blocked_passes"] == int(suite["blocked"])
+
+
+def test_a_deadline_already_past_starts_no_trial(tmp_path: Path) -> None:
+    done = _driver(tmp_path, "--deadline-s", "1", "paired", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads((tmp_path / "paired.json").read_text())
+    assert doc["status"] == "ok" and doc["deadline_s"] == 1.0
+    assert doc["result"]["rows"] == [] and doc["seconds"] < 30
+    assert "not started, deadline reached" in done.stdout + done.stderr
+
+
+def test_chains_split_on_plus_and_sub_command_deadlines_are_their_own() -> None:
+    assert cli.split_chain(["a", "--x", "+", "b", "+", "+", "c"]) == [["a", "--x"], ["b"], ["c"]]
+    p = cli.parser()
+    first = p.parse_args(["--deadline-s", "500", "--cpu", "paired", "--deadline-s", "200"])
+    assert first.deadline_s == 500 and first.own_deadline_s == 200 and first.cpu
+    later = p.parse_args(["suite-aa", "--passes", "3", "--", "--pairs", "8"])
+    assert later.own_deadline_s is None and later.bench_args == ["--pairs", "8"]
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands()))
+def test_every_sub_command_explains_itself(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.parser().parse_args([name, "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert f"python -m benchmarks.gpu {name}" in text and "--deadline-s S" in text
+
+
+def test_junit_parsing_names_failures_and_their_messages(tmp_path: Path) -> None:
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="t.m" name="ok" time="0.5"/>'
+        '<testcase classname="t.m" name="bad" time="1.5"><failure message="boom"/></testcase>'
+        '<testcase classname="t.m" name="off" time="0"><skipped message="no GPU"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    res = gputests.parse_junit(xml)
+    assert res["counts"] == {"passed": 1, "failed": 1, "skipped": 1}
+    assert res["cases"][1] == {"test": "t.m::bad", "outcome": "failed", "seconds": 1.5,
+                               "message": "boom"}  # fmt: skip
+    assert "error" in gputests.parse_junit(tmp_path / "missing.xml")
