@@ -53,6 +53,9 @@ def _isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         if key.startswith("KW_") and not key.startswith("KW_TEST_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("KW_DATA_DIR", str(tmp_path / "kwdata"))
+    # These tests measure on the CPU but check the gate's logic as a GPU run would use it;
+    # the plumbing-only default (CPU timings never gate) is tested where this is unset.
+    monkeypatch.setenv("KW_CPU_TIMING_GATES", "1")
     try:
         from kernelwatch.db.config import get_settings
     except ImportError:  # the GPU machine runs kernels/ tests with torch alone

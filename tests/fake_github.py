@@ -46,6 +46,7 @@ class FakeGitHub:
         self.labels: dict[tuple[str, int], list[str]] = {}
         self.pulls: dict[tuple[str, int], dict[str, Any]] = {}
         self.check_runs: list[dict[str, Any]] = []
+        self.commit_comments: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.permissions: dict[tuple[str, str], str] = {}
         self.faults: list[Fault] = []
         self._next_id = 1_000_000_000_000  # beyond 32 bits, as GitHub's ids are now
@@ -156,6 +157,18 @@ class FakeGitHub:
         self.comments.setdefault((self._full(p), int(p["number"])), []).append(comment)
         return 201, {}, comment
 
+    def create_commit_comment(
+        self, p: dict[str, str], body: Any
+    ) -> tuple[int, dict[str, str], Any]:
+        comment = {
+            "id": self._new_id(),
+            "body": body["body"],
+            "commit_id": p["sha"],
+            "user": {"login": "kernelwatch"},
+        }
+        self.commit_comments.setdefault((self._full(p), p["sha"]), []).append(comment)
+        return 201, {}, comment
+
     def list_comments(self, p: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
         return 200, {}, self.comments.get((self._full(p), int(p["number"])), [])
 
@@ -229,6 +242,11 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", rf"/repos/{REPO}/commits/(?P<sha>[0-9a-f]{{40}})/statuses", "list_statuses"),
     ("POST", rf"/repos/{REPO}/issues/(?P<number>\d+)/comments", "create_comment"),
     ("GET", rf"/repos/{REPO}/issues/(?P<number>\d+)/comments", "list_comments"),
+    (
+        "POST",
+        rf"/repos/{REPO}/commits/(?P<sha>[0-9a-f]{{40}})/comments",
+        "create_commit_comment",
+    ),
     ("PATCH", rf"/repos/{REPO}/issues/comments/(?P<id>\d+)", "update_comment"),
     ("GET", rf"/repos/{REPO}/pulls/(?P<number>\d+)", "get_pull"),
     ("GET", rf"/repos/{REPO}/collaborators/(?P<user>[^/]+)/permission", "permission"),
