@@ -37,7 +37,10 @@ pytestmark = pytest.mark.slow
 class Env:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.settings = Settings(data_dir=root / "data", suite_timeout_s=300)
+        # CPU timings judged like GPU ones, as tests/conftest.py asks for every test (this
+        # fixture is module-scoped and set up before that per-test setting); the CPU
+        # plumbing-only default has its own tests (tests/jobs/judging/test_cpu_plumbing.py)
+        self.settings = Settings(data_dir=root / "data", suite_timeout_s=300, cpu_timing_gates=True)
         self.settings.ensure_dirs()
         upgrade(self.settings.resolved_database_url)
         self.factory: sessionmaker[Session] = sessionmaker(
