@@ -37,6 +37,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -168,8 +169,8 @@ def _paged_ok(fl: Flavour, case: Inputs) -> None:
         )
 
 
-def prefill(fl: Flavour, case: Inputs) -> torch.Tensor:
-    fa = _api(fl, case)
+def _dense(fa: ModuleType, case: Inputs, **extra: Any) -> torch.Tensor:
+    """``flash_attn_func`` on the case's q, k, v (both libraries take the same call)."""
     return first(
         fa.flash_attn_func(
             case["q"],
@@ -177,8 +178,13 @@ def prefill(fl: Flavour, case: Inputs) -> torch.Tensor:
             case["v"],
             softmax_scale=case["scale"],
             causal=bool(case["causal"]),
+            **extra,
         )
     )
+
+
+def prefill(fl: Flavour, case: Inputs) -> torch.Tensor:
+    return _dense(_api(fl, case), case)
 
 
 def prefill_fp8(fl: Flavour, case: Inputs) -> torch.Tensor:
@@ -192,16 +198,7 @@ def prefill_fp8(fl: Flavour, case: Inputs) -> torch.Tensor:
         )
         for n in "qkv"
     }
-    return first(
-        fa.flash_attn_func(
-            case["q"],
-            case["k"],
-            case["v"],
-            softmax_scale=case["scale"],
-            causal=bool(case["causal"]),
-            **descale,
-        )
-    )
+    return _dense(fa, case, **descale)
 
 
 def prefill_varlen(fl: Flavour, case: Inputs) -> torch.Tensor:
