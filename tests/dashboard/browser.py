@@ -22,6 +22,7 @@ from pathlib import Path
 from PIL import Image, ImageStat
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Headless Chromium on this closed network (every browser test uses these).
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -33,7 +34,6 @@ FLAGS = (
     "--disable-sync",
     "--window-size=1400,1000",
     "--run-all-compositor-stages-before-draw",
-    "--hide-scrollbars",
 )
 # Standard deviation of the grey levels: a blank Streamlit page (white, a spinner) is
 # far below this, any page with a title, a sidebar and a table far above.
@@ -82,6 +82,7 @@ def screenshot(url: str, png: Path, profile: Path, hold_s: float = 12.0) -> floa
             [
                 CHROMIUM,
                 *FLAGS,
+                "--hide-scrollbars",
                 f"--user-data-dir={profile}",
                 "--virtual-time-budget=600000",
                 f"--screenshot={png}",

@@ -8,7 +8,6 @@ screenshot per page under ``test-artifacts/`` for a human to look at.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,21 +23,10 @@ from tests.dashboard.conftest import History, make_database
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = browser.CHROMIUM
 # A blank Streamlit page (still connecting) compresses to under 10 kB; a drawn one does not.
 MIN_PNG_BYTES = 20_000
-CHROME_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-    "--run-all-compositor-stages-before-draw",
-)
+CHROME_FLAGS = browser.FLAGS
 
 pytestmark = [
     pytest.mark.slow,
