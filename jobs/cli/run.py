@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,6 @@ from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_run, worst
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
-    from kernelwatch.db.models import Run
 
 NAME = "run"
 
@@ -194,33 +192,6 @@ def warn_without_worker(sessions: sessionmaker[Session], queue: str) -> bool:
     return bool(serving)
 
 
-class Progress:
-    """One stderr line whenever a run changes state, so a long ``--wait`` is not silent."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.seen: dict[int, tuple[str, str | None]] = {}
-        self.started = time.monotonic()
-
-    def update(self, runs: Sequence[Run]) -> None:
-        if self.stream is None:
-            return
-        for r in runs:
-            state = (r.status, r.verdict)
-            if self.seen.get(r.id) == state:
-                continue
-            self.seen[r.id] = state
-            where = f" on {r.worker}" if r.worker and r.status == "running" else ""
-            verdict = f" -> {r.verdict}" if r.verdict else ""
-            sha = (r.commit.sha if r.commit else "")[:12]
-            elapsed = time.monotonic() - self.started
-            print(
-                f"[{elapsed:6.0f}s] run {r.id} {sha} {r.status}{where}{verdict}",
-                file=self.stream,
-                flush=True,
-            )
-
-
 def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any]]:
     from sqlalchemy import select
 
@@ -239,4 +210,4 @@ def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any
         ]
 
 
-__all__ = ["NAME", "Progress", "add_parser", "handle", "warn_without_worker"]
+__all__ = ["NAME", "add_parser", "handle", "warn_without_worker"]
