@@ -83,8 +83,10 @@ from kernelwatch.kernels.runner import (
     selected_cases,
 )
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite
+from kernelwatch.kernels.units import ratio_text
 from kernelwatch.kernels.verdict import (
     BLOCKING,
+    ORDER,
     CaseVerdict,
     decide,
     excluded_effect,
@@ -143,11 +145,17 @@ def case(
         call(inputs)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return call, inputs, {}
+        return call, inputs, _timer_hints(spec)
     fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device, seed)
     if not correctness.passed:
         raise BrokenCase(correctness.detail or "correctness check failed", correctness)
-    return (lambda i: spec.invoke(fn, i)), inputs, {"correctness": asdict(correctness)}
+    info = {"correctness": asdict(correctness), **_timer_hints(spec)}
+    return (lambda i: spec.invoke(fn, i)), inputs, info
+
+
+def _timer_hints(spec: CaseSpec) -> dict[str, Any]:
+    """What the case's tags ask of the side's timer (``kernels/paired.py:_setup``)."""
+    return {"cuda_graph": False} if spec.tags.get("cuda_graph") is False else {}
 
 
 def _find(specs: Sequence[CaseSpec], cid: str, backend: str) -> CaseSpec:
@@ -222,7 +230,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    """The worker's entry (``python -m kernelwatch.kernels.paired_suite``): records only;
+    ``kernelwatch bench-paired`` adds :func:`summary` and an exit code."""
+    run(parse_args(argv))
+    return 0
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every selected case measured in paired mode, each record written as it ends."""
     device = _device()
     cpu = device.type == "cpu"
     if cpu:
@@ -248,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pairs,
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
+    records: list[dict[str, Any]] = []
     try:
         library, baseline_library = json.loads(args.library), json.loads(args.baseline_library)
         for suite, spec, cid in selected_cases(
@@ -266,11 +282,59 @@ def main(argv: Sequence[str] | None = None) -> int:
             # NaN stays NaN here, as in the runner's records: the store writes it as null
             out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
             out.flush()
+            records.append(record)
     finally:
         sides.close()
         if out is not sys.stdout:
             out.close()
-    return 0
+    return records
+
+
+def summary(records: Sequence[dict[str, Any]]) -> str:
+    """A table for people after the JSON lines: one line a case, worst first, then the
+    count per verdict and each error or broken case's message."""
+    if not records:
+        return "no cases selected"
+    rank: dict[str | None, int] = {v.value: i for i, v in enumerate(ORDER)}
+    rows = sorted(records, key=lambda r: rank.get(_verdict(r), len(rank)))
+    lines = [
+        f"{'kernel':<16} {'verdict':<13} {'ratio [interval] (change)':<36} "
+        f"{'baseline':>10} {'candidate':>10}  case"
+    ]
+    for r in rows:
+        p = r.get("paired") or {}
+        ratio = ratio_text(p.get("ratio"), p.get("ci_low"), p.get("ci_high"))
+        base, cand = _us(p.get("baseline_median")), _us(p.get("candidate_median"))
+        label = r.get("label") or json.dumps(r.get("params"), sort_keys=True)
+        lines.append(
+            f"{r.get('kernel', '?'):<16} {_verdict(r) or '-':<13} {ratio:<36} "
+            f"{base:>10} {cand:>10}  {label}"
+        )
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[_verdict(r) or "skip"] = counts.get(_verdict(r) or "skip", 0) + 1
+    lines.append(
+        f"{len(records)} case{'s' if len(records) != 1 else ''}: "
+        + ", ".join(
+            f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: rank.get(kv[0], 99))
+        )
+    )
+    for r in rows:
+        p = r.get("paired") or {}
+        why = r.get("error") or p.get("note")
+        if _verdict(r) in (CaseVerdict.ERROR, CaseVerdict.BROKEN) and why:
+            lines.append(f"  {_verdict(r)} {r.get('kernel')} {r.get('case_id')}: {why}")
+    return "\n".join(lines)
+
+
+def _verdict(record: dict[str, Any]) -> str | None:
+    verdict = (record.get("paired") or {}).get("verdict")
+    return str(verdict) if verdict is not None else None
+
+
+def _us(seconds: object) -> str:
+    ok = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    return f"{float(seconds) * 1e6:.2f} us" if ok else "-"  # type: ignore[arg-type]
 
 
 class _Sides:

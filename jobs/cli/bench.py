@@ -2,9 +2,11 @@
 
 The arguments go to the suite runner untouched (``kernels/runner.py``,
 ``kernels/paired_suite.py``), so ``kernelwatch bench --help`` shows the runner's own
-options. ``bench`` adds what a person at a terminal needs and the worker must not get:
-a summary table after the JSON lines, and an exit code from the cases (0 all passed or
-skipped, 1 a wrong result, 2 an error; :mod:`.exit_codes`).
+options. ``bench`` and ``bench-paired`` add what a person at a terminal needs and the
+worker must not get: a summary table after the JSON lines, and an exit code from the
+cases (``bench``: 0 all passed or skipped, 1 a wrong result, 2 an error;
+``bench-paired``: from the paired verdicts, 3 for a case left inconclusive;
+:mod:`.exit_codes`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_case_statuses
+from kernelwatch.jobs.cli.exit_codes import MEANING, Exit, fail, for_answer, for_case_statuses
 
 NAME = "bench"
 PAIRED = "bench-paired"
@@ -49,9 +51,20 @@ def main(argv: Sequence[str]) -> int:
 
 
 def main_paired(argv: Sequence[str]) -> int:
-    from kernelwatch.kernels.paired_suite import main as paired_main
+    """``kernelwatch bench-paired ARGS``: records, then a summary and the verdicts' code
+    (0 pass, 1 a regression, ``less_accurate`` or broken case, 2 an error, 3 a case left
+    inconclusive: the exit-code contract of ``run --wait`` and ``gate``)."""
+    from kernelwatch.kernels.paired_suite import parse_args, run, summary
+    from kernelwatch.kernels.verdict import run_verdict
 
-    return paired_main(argv)
+    args = parse_args(argv)
+    records = run(args)
+    print(summary(records), file=sys.stderr if args.out == "-" else sys.stdout)
+    verdicts = [(r.get("paired") or {}).get("verdict") for r in records]
+    code = for_answer(run_verdict(verdicts))
+    if code != Exit.PASS:
+        return fail(PAIRED, MEANING[code], code)
+    return code
 
 
 __all__ = ["NAME", "PAIRED", "add_parser", "main", "main_paired"]

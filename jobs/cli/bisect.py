@@ -57,9 +57,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def handle(args: argparse.Namespace) -> int:
     from kernelwatch.db.bisect import DEFAULT_BUDGET_S, Bisection
     from kernelwatch.jobs.cli.common import factory, settings
+    from kernelwatch.jobs.cli.run import unknown_suites
     from kernelwatch.jobs.planning import bisect_driver as driver
     from kernelwatch.jobs.planning.broker import make_celery
     from kernelwatch.jobs.planning.queues import local_device_class
+    from kernelwatch.kernels.catalog import unknown_kernels
 
     sessions = factory()
     if args.cancel is not None:
@@ -69,6 +71,10 @@ def handle(args: argparse.Namespace) -> int:
         return Exit.PASS
     if not (args.source and args.good and args.bad):
         return fail(NAME, "give SOURCE --good A --bad B (or --cancel ID)")
+    if args.suite:  # without --suite the repository's .kernelwatch.toml names them
+        unknown = unknown_suites(args.suite) or unknown_kernels(args.suite, args.kernel or [])
+        if unknown:
+            return fail(NAME, unknown)
     bench_args = [a for k in args.kernel or [] for a in ("--kernel", k)]
     if args.pairs:
         bench_args += ["--pairs", str(args.pairs)]

@@ -83,12 +83,15 @@ def handle(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.planning.broker import make_celery
     from kernelwatch.jobs.planning.plan import RunRequest, plan, plan_versions
     from kernelwatch.jobs.planning.queues import local_device_class, queue_for
+    from kernelwatch.kernels.catalog import run_gpus, unknown_kernels
 
     if not args.commit and not args.range and not args.version:
         return fail(NAME, "give --commit REV (repeatable), --range A..B or --version SPEC")
     if args.paired and args.version:
         return fail(NAME, "--paired compares commits (versions: bench-paired)")
-    unknown = unknown_suites(args.suite or [])
+    unknown = unknown_suites(args.suite or []) or unknown_kernels(
+        args.suite or ["basic"], args.kernel or []
+    )
     if unknown:
         return fail(NAME, unknown)
     options: dict[str, object] = {}
@@ -129,7 +132,7 @@ def handle(args: argparse.Namespace) -> int:
     if not ids:
         return fail(NAME, "nothing to measure")
     progress = not (args.quiet or args.json)
-    warn_without_worker(sessions, queue_for(device_class))
+    warn_without_worker(sessions, queue_for(device_class, run_gpus(req.suites)))
     done = True
     if args.wait:
         from kernelwatch.jobs.cli.progress import RunProgress

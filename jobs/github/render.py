@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kernelwatch.jobs.judging.report import error_lines
 from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
+from kernelwatch.kernels.units import interval_text, ratio_text
 from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict, RunVerdict
 
 COMMENT_MARKER = "<!-- kernelwatch:pr-comment -->"
@@ -31,14 +32,13 @@ def fmt_time(seconds: float | None) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def fmt_ratio(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.3f}×"
+def fmt_ratio(case: MovedCase) -> str:
+    """The ratio with its change, in the one unit convention (``kernels/units.py``)."""
+    return ratio_text(case.ratio)
 
 
 def fmt_interval(case: MovedCase) -> str:
-    if case.ci_low is None or case.ci_high is None:
-        return "-"
-    return f"{case.ci_low:.3f}–{case.ci_high:.3f}"
+    return interval_text(case.ci_low, case.ci_high)
 
 
 def _clip(text: str, n: int) -> str:
@@ -70,13 +70,14 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
         words = [verdict_label(c.device_class, m.verdict) for m in c.moved]
         w = max(12, *(len(word) for word in words))  # CPU labels are longer
         lines.append(
-            f"    {'verdict':<{w}} {'ratio':>8} {'interval':>13} {'baseline':>10} {'now':>10}  case"
+            f"    {'verdict':<{w}} {'ratio':>18} {'interval':>16} "
+            f"{'baseline':>10} {'now':>10}  case"
         )
         for m, word in zip(c.moved, words, strict=True):
             short = m.error and "\n" not in m.error and len(m.error) <= 60
             lines.append(
-                f"    {word:<{w}} {fmt_ratio(m.ratio):>8} "
-                f"{fmt_interval(m):>13} "
+                f"    {word:<{w}} {fmt_ratio(m):>18} "
+                f"{fmt_interval(m):>16} "
                 f"{fmt_time(m.baseline_median_s):>10} {fmt_time(m.median_s):>10}  "
                 f"{_case_name(m)}" + (f"  ({m.error})" if short else "")
             )
@@ -185,7 +186,7 @@ def _moved_table(c: ClassVerdict) -> list[str]:
         word = verdict_label(c.device_class, m.verdict)
         rows.append(
             f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
-            f"{note} | {fmt_ratio(m.ratio)} | {fmt_interval(m)} | "
+            f"{note} | {fmt_ratio(m)} | {fmt_interval(m)} | "
             f"{fmt_time(m.baseline_median_s)} | {fmt_time(m.median_s)} |"
         )
     if len(c.moved) > 50:

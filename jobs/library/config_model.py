@@ -36,6 +36,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from kernelwatch.kernels.catalog import unknown_kernels
+
 Recipe = Literal["pip", "pythonpath", "command"]
 RECIPES: tuple[str, ...] = get_args(Recipe)
 DEFAULT_PROFILE = "default"
@@ -283,6 +285,10 @@ class InstallRecipe(Table):
     subdirectory: RelPath = ""
     pythonpath: tuple[RelPath, ...] = ()
     submodules: tuple[RelPath, ...] = ()
+    # What decides the build and what runs: a commit that changes none of these paths
+    # (files, folders or submodules) builds the same library as its parent, so a
+    # bisection never builds or blames it (``jobs/planning/bisect.py:distinct_builds``).
+    inputs: tuple[RelPath, ...] = ()
     env: Env = Field(default_factory=dict)
     timeout_s: Timeout | None = None
     stub_sources: StubSources | None = None
@@ -387,6 +393,15 @@ class Suites(Table):
 
     names: Names = ("basic",)
     kernels: Names | None = None
+
+    @model_validator(mode="after")
+    def _known_kernels(self) -> Suites:
+        # Checked where the file is read (the API process plans from it), so a typo is
+        # the push's config error, not an error on every commit the worker measures.
+        why = unknown_kernels(self.names, self.kernels or ())
+        if why:
+            fail(why, key="kernels")
+        return self
 
 
 # ----------------------------------------------------------------------------- [thresholds]

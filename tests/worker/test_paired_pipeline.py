@@ -137,9 +137,10 @@ def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
 
 
 def bench_paired_cli(
-    demo: dict[str, str], tmp_path: Path, candidate: str, *args: str
+    demo: dict[str, str], tmp_path: Path, candidate: str, *args: str, code: int, verdict: str
 ) -> dict[str, object]:
-    """``kernelwatch bench-paired`` between worktrees of the demo's baseline and ``candidate``."""
+    """``kernelwatch bench-paired`` between worktrees of the demo's baseline and ``candidate``:
+    exit ``code`` (the verdicts' contract) and a summary naming ``verdict`` for people."""
     trees = {}
     for role in ("baseline", candidate):
         trees[role] = tmp_path / role
@@ -150,7 +151,13 @@ def bench_paired_cli(
         "--candidate-path", str(trees[candidate]), "--suite", "basic", "--impl", "tinykern",
         *args, "--out", str(out),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == code, done.stderr
+    summary = done.stdout.splitlines()
+    assert summary[0].split()[:2] == ["kernel", "verdict"], done.stdout
+    assert summary[1].split()[:2] == [args[args.index("--kernel") + 1], verdict], done.stdout
+    assert summary[-1] == f"1 case: 1 {verdict}"
+    if code:
+        assert done.stderr.splitlines()[-1].startswith("kernelwatch bench-paired: ")
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert isinstance(record, dict)
     return record
@@ -165,7 +172,7 @@ def test_re_measures_add_to_the_evidence_with_fresh_side_processes(
     # every group
     record = bench_paired_cli(
         demo, tmp_path, "harmless", "--kernel", "softmax", "--budget", "0.3",
-        "--min-effect", "1e-9", "--retries", "2",
+        "--min-effect", "1e-9", "--retries", "2", code=3, verdict="inconclusive",
     )  # fmt: skip
     paired = record["paired"]
     assert isinstance(paired, dict)
@@ -179,8 +186,9 @@ def test_several_process_pairs_judge_the_slow_commit_over_the_pairs(
     demo: dict[str, str], tmp_path: Path
 ) -> None:
     record = bench_paired_cli(
-        demo, tmp_path, "slow", "--kernel", "rmsnorm", "--budget", "2", "--pairs", "3"
-    )
+        demo, tmp_path, "slow", "--kernel", "rmsnorm", "--budget", "2", "--pairs", "3",
+        code=1, verdict="regression",
+    )  # fmt: skip
     paired = record["paired"]
     assert isinstance(paired, dict)
     assert paired["verdict"] == "regression" and paired["ratio"] > 2, paired

@@ -96,3 +96,15 @@ def test_failed_runs_leave_no_repository_rows(tmp_path: Path) -> None:
         assert proc.stderr.startswith("kernelwatch run:") and source in proc.stderr
     if (data / "kernelwatch.db").exists():
         assert _rows(data) == ([], 0)
+
+
+def test_unknown_kernel_exits_2_with_a_suggestion_and_queues_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "lib"
+    make_repo(src, library_files("lib", "X = 1\n"))
+    proc = run_cli("run", str(src), "--commit", "HEAD", "--kernel", "softmx", timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "unknown kernel 'softmx' (did you mean 'softmax'?)" in proc.stderr
+    assert "rmsnorm" in proc.stderr  # the suite's kernels are listed
+    data = tmp_path / "kwdata"
+    if (data / "kernelwatch.db").exists():
+        assert _rows(data)[1] == 0

@@ -210,3 +210,13 @@ def test_the_documented_examples_parse() -> None:
     assert parse(doc).gpus.classes == ("h100", "h200")
     demo = root / "jobs" / "demo" / "library" / "kernelwatch.toml.tmpl"
     assert parse(demo.read_text()).library.module == "tinykern"
+
+
+def test_a_mistyped_kernel_is_a_config_error_with_a_suggestion() -> None:
+    assert _error('[suites]\nnames = ["gemm"]\nkernels = ["gemm_groupd"]\n') == (
+        ".kernelwatch.toml: suites.kernels unknown kernel 'gemm_groupd' (did you mean "
+        "'gemm_grouped'?) in suite gemm; its kernels: gemm, gemm_fp8_rowwise, "
+        "gemm_fp8_tensorwise, gemm_grouped, gemm_grouped_fp8_rowwise"
+    )
+    # a suite from a plugin (the library's own package) is only known to the worker
+    assert parse('[suites]\nnames = ["mylib"]\nkernels = ["anything"]\n').suites.kernels
