@@ -14,6 +14,7 @@ File format::
 
     [suite]
     name = "prefill"
+    gpus = 1                   # optional: GPUs of one host a case needs (default 1)
 
     [[smoke]]                  # one block = one cartesian product; a size has many blocks
     kernel = "prefill"         # scalar: the same in every case of the block
@@ -181,11 +182,18 @@ def mixed_lengths(
 
 @dataclass(frozen=True)
 class GridFile:
-    """A parsed suite file: its name and the blocks of each size."""
+    """A parsed suite file: its name, the GPUs it needs, and the blocks of each size.
+
+    ``gpus`` (``[suite] gpus = K``, default 1): how many GPUs of one host the
+    suite's cases use at once (a collective, tensor-parallel attention); the
+    planner routes such a run to a worker that owns that many cards
+    (``kernels/catalog.py:suite_gpus``).
+    """
 
     name: str
     sizes: dict[str, list[Params]]
     source: str
+    gpus: int = 1
 
     def size_names(self) -> list[str]:
         return list(self.sizes)
@@ -219,12 +227,15 @@ def parse(text: str, source: str = "<string>") -> GridFile:
     suite = data.pop("suite", {})
     if not isinstance(suite, dict):
         raise GridError(f"{source}: [suite] must be a table")
+    gpus = suite.get("gpus", 1)
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise GridError(f"{source}: [suite] gpus must be an integer >= 1, got {gpus!r}")
     sizes: dict[str, list[Params]] = {}
     for size, blocks in data.items():
         if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
             raise GridError(f"{source}: size {size!r} must be an array of tables ([[{size}]])")
         sizes[size] = blocks
-    return GridFile(str(suite.get("name", Path(source).stem)), sizes, source)
+    return GridFile(str(suite.get("name", Path(source).stem)), sizes, source, gpus)
 
 
 def load(path: Path) -> GridFile:

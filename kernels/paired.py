@@ -128,7 +128,8 @@ def _setup(
 
     Only the first instance warms the clocks up; the others find them warm. A factory
     may return ``(call, inputs, info)``: the first instance's ``info`` (a JSON object,
-    e.g. the correctness check) goes back to the coordinator with the set-up reply.
+    e.g. the correctness check) goes back to the coordinator with the set-up reply;
+    ``"cuda_graph": false`` in it times that instance without CUDA graphs.
     """
     import torch
 
@@ -150,8 +151,11 @@ def _setup(
         cfg = timer if i == 0 else replace(timer, min_warmup_s=0.0, max_warmup_s=0.03)
         built = factory(**params)
         call, inputs = built[0], built[1]
-        if i == 0 and len(built) > 2:
-            info = dict(built[2])
+        extra = dict(built[2]) if len(built) > 2 else {}
+        if i == 0:
+            info = extra
+        if extra.get("cuda_graph") is False:  # e.g. NCCL across devices: never captured
+            cfg = replace(cfg, cuda_graph=False)
         samplers.append(make_sampler(call, inputs, cfg))
     return samplers, pads, info
 

@@ -13,6 +13,7 @@ the host clock; they prove the plumbing, not performance.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -168,7 +169,13 @@ def run_case(
     device: torch.device,
     config: TimerConfig,
 ) -> ResultRecord:
-    """Check one case, then time it if it is correct. Exceptions become ``error`` records."""
+    """Check one case, then time it if it is correct. Exceptions become ``error`` records.
+
+    A case tagged ``cuda_graph: False`` (NCCL across devices, which is not captured in
+    a graph here) is timed without a CUDA graph whatever ``config`` says.
+    """
+    if spec.tags.get("cuda_graph") is False:
+        config = dataclasses.replace(config, cuda_graph=False)
     record = blank_record(spec, suite, cid, backend)
     try:
         fn, inputs, record.correctness = checked_case(spec, impl, device)

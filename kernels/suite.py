@@ -54,6 +54,7 @@ _SUITES: dict[str, str] = {
     "prefill": "kernelwatch.kernels.suites.prefill:build",
     "decode": "kernelwatch.kernels.suites.decode:build",
     "gemm": "kernelwatch.kernels.suites.gemm:build",
+    "collective": "kernelwatch.kernels.suites.collective:build",
 }
 
 

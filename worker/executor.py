@@ -46,7 +46,7 @@ from kernelwatch.jobs.library import libspec, repoconfig
 from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.retry import retrying
 from kernelwatch.kernels.record import ResultRecord
-from kernelwatch.worker import recipes, submodules, venvs
+from kernelwatch.worker import cardlock, recipes, submodules, venvs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env
@@ -136,9 +136,12 @@ def execute(
         already = _stored(factory, run_id)
         req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
         patience = fleet.db_patience_s
-        outcome = run_suite(
-            req, on_record=lambda rec: _patiently(patience, lambda: _store(factory, run_id, rec))
-        )
+        # a k-card worker and the per-GPU workers of its cards measure one at a time
+        with cardlock.hold(cardlock.visible_uuids(), settings.data_dir / "gpu-locks"):
+            outcome = run_suite(
+                req,
+                on_record=lambda rec: _patiently(patience, lambda: _store(factory, run_id, rec)),
+            )
         # a resumed run's earlier records are not in this outcome: judge the selection fresh only
         why = outcome.aborted or ("" if already else _unmatched(selected, req.suites, outcome))
         return _patiently(

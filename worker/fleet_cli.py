@@ -6,6 +6,14 @@ its own device class (a host with mixed GPUs serves several queues). Node names
 are ``<prefix>-gpu<index>@<host>``, stable across restarts, so heartbeats and
 ``runs.worker`` name the GPU. A host without a GPU runs one ``cpu`` worker.
 
+``--multi-gpu K`` (repeatable) adds, for each GPU class with at least K cards on
+the host, one worker pinned to the first K of them
+(``CUDA_VISIBLE_DEVICES=<uuid>,<uuid>,...``), named
+``<prefix>-gpus<first>-<last>@<host>`` and consuming ``gpu.<class>.x<K>``: the
+queue of runs whose suites need K GPUs (``[suite] gpus = K``). It shares those
+cards with their per-GPU workers; card locks (``worker/cardlock.py``, taken
+around each measurement) keep the two from measuring on one card at once.
+
 The supervisor restarts a worker that exits (crash, ``kill -9``, OOM) with a
 backoff of 1 s doubling to 60 s, reset after 10 minutes of uptime. SIGTERM or
 SIGINT is passed once to every worker (Celery's warm shutdown: the running
@@ -44,7 +52,7 @@ class WorkerSpec:
     queues: str
     env: dict[str, str]
     argv: list[str]
-    gpu: str = ""  # uuid, or "" for the cpu worker
+    gpu: str = ""  # uuid (comma-separated uuids for a k-card worker), or "" for the cpu worker
 
 
 def plan(
@@ -54,12 +62,18 @@ def plan(
     queues: str | None = None,
     loglevel: str = "INFO",
     host: str | None = None,
+    multi: Sequence[int] = (),
 ) -> list[WorkerSpec]:
-    """The workers this host should run: one per GPU, or one ``cpu`` worker."""
+    """The workers this host should run: one per GPU, or one ``cpu`` worker.
+
+    For each k in ``multi`` (k > 1), one more worker per GPU class with at least k
+    cards, pinned to the first k cards of that class and consuming
+    ``gpu.<class>.x<k>`` (``queues`` overrides only the per-GPU workers' queue).
+    """
     host = host or socket.gethostname()
     if not found:
         return [_spec(f"{prefix}-cpu@{host}", queues or "cpu", {}, loglevel)]
-    return [
+    specs = [
         _spec(
             f"{prefix}-gpu{g.index}@{host}",
             queues or queue_for(g.device_class),
@@ -69,6 +83,27 @@ def plan(
         )
         for g in found
     ]
+    by_class: dict[str, list[gpus.Gpu]] = {}
+    for g in found:
+        by_class.setdefault(g.device_class, []).append(g)
+    for k in dict.fromkeys(multi):  # each k once, in the order given
+        if k < 2:
+            raise ValueError(f"--multi-gpu takes 2 or more cards, not {k}")
+        for cls, cards in by_class.items():
+            if len(cards) < k:
+                continue
+            chosen = cards[:k]
+            uuids = ",".join(g.uuid for g in chosen)
+            specs.append(
+                _spec(
+                    f"{prefix}-gpus{chosen[0].index}-{chosen[-1].index}@{host}",
+                    queue_for(cls, k),
+                    {"CUDA_VISIBLE_DEVICES": uuids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+                    loglevel,
+                    gpu=uuids,
+                )
+            )
+    return specs
 
 
 def _spec(name: str, queues: str, env: dict[str, str], loglevel: str, gpu: str = "") -> WorkerSpec:
@@ -162,9 +197,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--queues", help="override the queue (default gpu.<class> per GPU, or cpu)")
     p.add_argument("--name", default="kw", help="node name prefix")
     p.add_argument("--loglevel", default="INFO")
+    p.add_argument(
+        "--multi-gpu",
+        type=int,
+        action="append",
+        default=[],
+        metavar="K",
+        help="also one worker per GPU class pinned to K of its cards, on gpu.<class>.xK "
+        "(repeatable; K >= 2)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the workers and exit")
     args = p.parse_args(argv)
-    specs = plan(gpus.query(), prefix=args.name, queues=args.queues, loglevel=args.loglevel)
+    if any(k < 2 for k in args.multi_gpu):
+        p.error("--multi-gpu takes K >= 2 (one card is the per-GPU worker)")
+    specs = plan(
+        gpus.query(),
+        prefix=args.name,
+        queues=args.queues,
+        loglevel=args.loglevel,
+        multi=args.multi_gpu,
+    )
     if args.dry_run:
         for s in specs:
             pin = f"CUDA_VISIBLE_DEVICES={s.gpu} " if s.gpu else ""

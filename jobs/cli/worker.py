@@ -23,6 +23,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="one worker process per visible GPU (CUDA_VISIBLE_DEVICES pinned)",
     )
+    w.add_argument(
+        "--multi-gpu",
+        type=int,
+        action="append",
+        default=[],
+        metavar="K",
+        help="with --per-gpu: also one worker per GPU class pinned to K of its cards, "
+        "consuming gpu.<class>.xK (repeatable)",
+    )
     w.add_argument("--name", help="Celery node name (default: Celery's, from the host)")
     w.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
     w.set_defaults(func=handle)
@@ -32,10 +41,14 @@ def handle(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.planning.broker import worker_argv
     from kernelwatch.jobs.planning.queues import local_device_class, queue_for
 
+    if args.multi_gpu and not args.per_gpu:
+        print("kernelwatch worker: --multi-gpu needs --per-gpu", file=sys.stderr)
+        return 2
     if args.per_gpu:  # one pinned worker process per visible GPU, supervised
         sup = [sys.executable, "-m", "kernelwatch.worker.fleet_cli", "--loglevel", args.loglevel]
         sup += ["--queues", args.queues] if args.queues else []
         sup += ["--name", args.name] if args.name else []
+        sup += [a for k in args.multi_gpu for a in ("--multi-gpu", str(k))]
         os.execv(sys.executable, sup)
     queues = args.queues or queue_for(local_device_class())
     argv = worker_argv(queues, concurrency=args.concurrency, name=args.name, loglevel=args.loglevel)

@@ -35,6 +35,7 @@ from kernelwatch.jobs.library.mirror import Mirror, git, repository_name
 from kernelwatch.jobs.planning import dedup
 from kernelwatch.jobs.planning.broker import enqueue_run
 from kernelwatch.jobs.planning.queues import queue_for
+from kernelwatch.kernels.catalog import run_gpus
 
 
 @dataclass
@@ -288,7 +289,7 @@ def _new_run(
         status="queued",
         baseline_sha=baseline,
         device_class=req.device_class,
-        queue=queue_for(req.device_class),
+        queue=queue_for(req.device_class, run_gpus(req.suites)),
         options=req.run_options,
     )
     session.add(run)
@@ -323,7 +324,7 @@ def _record_error(factory: sessionmaker[Session], req: RunRequest, message: str)
             status="error",
             verdict="error",
             device_class=req.device_class,
-            queue=queue_for(req.device_class),
+            queue=queue_for(req.device_class, run_gpus(req.suites)),
             error=message,
             options=req.run_options.with_(requested=req.commits or [req.range]),
         )

@@ -115,3 +115,29 @@ def test_spin_is_linear_in_its_iterations() -> None:
     assert steps[1] == pytest.approx(2 * steps[0], rel=0.05), steps
     assert steps[2] == pytest.approx(4 * steps[0], rel=0.05), steps
     assert steps[0] == pytest.approx(n * seconds_per_iter(), rel=0.05)
+
+
+def test_all_reduce_sums_over_every_visible_gpu_and_is_timed_without_a_graph() -> None:
+    """The collective suite on the GPUs this process sees (one is enough: a one-rank sum)."""
+    from kernelwatch.kernels import runner
+    from kernelwatch.kernels.triton_kernels import all_reduce
+
+    ranks = torch.cuda.device_count()
+    x = [torch.full((1000,), float(r + 1), device=f"cuda:{r}") for r in range(ranks)]
+    out = torch.empty(1000, device="cuda:0")
+    all_reduce(x, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(out, ranks * (ranks + 1) / 2))
+    assert all(torch.equal(t.cpu(), out.cpu()) for t in x)  # every rank holds the sum
+
+    device = torch.device("cuda")
+    cases = list(runner.selected_cases(["collective"], "quick", device, "builtin", None, []))
+    assert len(cases) == 4
+    config = TimerConfig(budget_s=0.3, cuda_graph=True)  # the case's tag overrides "on"
+    for suite, spec, cid in cases:
+        r = runner.run_case(spec, suite, cid, "builtin", runner.BUILTIN_IMPL, device, config)
+        assert r.status == "pass", (r.params, r.error)
+        assert r.params["ranks"] == ranks
+        assert r.timing is not None and r.timing.timer == "cuda_event"
+        assert not r.timing.cuda_graph
+        assert r.throughput is not None and r.throughput.gbps > 0
