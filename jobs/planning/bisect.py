@@ -110,6 +110,24 @@ class _Segment:
     outcomes: dict[int, Outcome] = field(default_factory=dict)
 
 
+def distinct_builds(keys: Sequence[str]) -> list[int]:
+    """The commits a bisection must consider, from each commit's build-input key.
+
+    ``keys[i]``: what decides commit ``i``'s build and what it runs (the tree ids of the
+    repository's ``[install] inputs``). A commit whose key equals its parent's builds the
+    same library, so it cannot be the culprit and measuring it would only repeat its
+    parent: kept are good (0), every commit that changes the key, and bad. FlashAttention-3
+    between 16c7f0f6 and 3e87e421: 76 commits, 6 distinct builds of ``hopper/`` and
+    ``csrc/cutlass``.
+    """
+    if not keys:
+        return []
+    keep = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]]
+    if keep[-1] != len(keys) - 1:
+        keep.append(len(keys) - 1)
+    return keep
+
+
 def probe(good: int, bad: int, outcomes: Mapping[int, Outcome]) -> int | Done:
     """The next commit to search between ``good`` and ``bad`` (indices), or the end.
 

@@ -39,6 +39,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Result, Run
 from kernelwatch.db.store import get_or_create_repository
 from kernelwatch.jobs.errors import CommitNotFound, ConfigError, KernelwatchError
+from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror, git, repository_name
 from kernelwatch.jobs.planning.bisect import (
     Done,
@@ -48,6 +49,7 @@ from kernelwatch.jobs.planning.bisect import (
     Purpose,
     Step,
     Wait,
+    distinct_builds,
     next_action,
 )
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, RunRequest, plan
@@ -79,6 +81,7 @@ def start(factory: sessionmaker[Session], settings: Settings, req: BisectRequest
     mirror = Mirror(settings.data_dir / "mirrors", req.source)
     mirror.sync()
     commits = first_parent_commits(mirror, mirror.resolve(req.good), mirror.resolve(req.bad))
+    commits = commits_that_build_differently(mirror, commits)
     with factory() as session, session.begin():
         repo = get_or_create_repository(session, repository_name(mirror.source), mirror.source)
         joined = store.active_for_range(
@@ -120,6 +123,30 @@ def first_parent_commits(mirror: Mirror, good: str, bad: str) -> list[str]:
         )
     _require_main_history(mirror, bad)
     return [good, *between]
+
+
+def commits_that_build_differently(mirror: Mirror, commits: Sequence[str]) -> list[str]:
+    """``commits`` without those that change none of bad's ``[install] inputs``.
+
+    Without ``inputs`` in bad's ``.kernelwatch.toml`` every commit may matter and all are
+    kept. A bad or missing file there is not this function's error: the step runs
+    report it.
+    """
+    try:
+        inputs = repoconfig.read_at(mirror, commits[-1]).install.inputs
+    except ConfigError:
+        return list(commits)
+    if not inputs:
+        return list(commits)
+    keys = [build_key(mirror, sha, inputs) for sha in commits]
+    return [commits[i] for i in distinct_builds(keys)]
+
+
+def build_key(mirror: Mirror, sha: str, paths: Sequence[str]) -> str:
+    """The object ids of ``paths`` at ``sha`` (trees, blobs, submodule commits), one line
+    each; a path the commit lacks is simply absent from the key."""
+    listing = git("--git-dir", str(mirror.path), "ls-tree", sha, "--", *paths)
+    return "\n".join(sorted(listing.splitlines()))
 
 
 def _require_main_history(mirror: Mirror, bad: str) -> None:

@@ -236,3 +236,34 @@ def test_the_command_line_says_what_it_needs_and_what_it_cannot_cancel(tmp_path:
     assert proc.returncode == 2 and "give SOURCE --good A --bad B" in proc.stderr
     proc = run_cli("bisect", "--cancel", "999", env=env, timeout=120)
     assert proc.returncode == 2 and "bisection 999 is not running" in proc.stderr
+
+
+def test_commits_that_change_no_build_input_are_left_out_of_the_range(
+    db_url: str, tmp_path: Path
+) -> None:
+    # [install] inputs = ["src", "vendor"]: docs and tests commits build the same library
+    src = tmp_path / "lib"
+    toml = '[install]\nrecipe = "pythonpath"\ninputs = ["src", "vendor"]\n'
+    shas = [make_repo(src, {".kernelwatch.toml": toml, "src/k.py": "0\n"}, "good")]
+    for i, (path, text) in enumerate(
+        [
+            ("README", "a"),
+            ("src/k.py", "1\n"),
+            ("tests/t.py", "x"),
+            ("vendor/v.h", "v"),
+            ("README", "b"),
+            ("src/k.py", "2\n"),
+            ("docs/d.md", "d"),
+        ]  # fmt: skip
+    ):
+        shas.append(make_repo(src, {path: text}, f"commit {i + 1}"))
+    settings = Settings(data_dir=tmp_path / "data", database_url=db_url)
+    settings.ensure_dirs()
+    factory = sessionmaker(bind=engine_for(db_url), expire_on_commit=False)
+    bid = driver.start(factory, settings, driver.BisectRequest(str(src), shas[0], shas[-1]))
+    with factory() as s:
+        row = s.get(Bisection, bid)
+        assert row is not None
+        # good, the commits that touch src/ or vendor/, and bad (a docs commit: kept as
+        # the end the user named; it builds what commit 6 built)
+        assert row.commits == [shas[i] for i in (0, 2, 4, 6, 7)]

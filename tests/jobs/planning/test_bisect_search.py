@@ -138,3 +138,12 @@ def test_adjacent_good_and_bad_need_only_the_confirmation() -> None:
     done, steps = simulate(2, history(2, {1: 3.0}))
     assert done.culprits == (1,)
     assert [s.purpose for s in steps] == [Purpose.CONFIRM]
+
+
+def test_only_commits_that_change_the_build_inputs_are_searched() -> None:
+    from kernelwatch.jobs.planning.bisect import distinct_builds
+
+    assert distinct_builds(["a", "a", "b", "b", "b", "c", "c"]) == [0, 2, 5, 6]
+    assert distinct_builds(["a", "b"]) == [0, 1]
+    assert distinct_builds(["a", "a"]) == [0, 1]  # bad is always kept: the user named it
+    assert distinct_builds([]) == []
