@@ -52,6 +52,7 @@ from typing import Any, TextIO
 import torch
 
 from kernelwatch.kernels import stats
+from kernelwatch.kernels.adapters import build_profile_skips
 from kernelwatch.kernels.device import pin_cpu_threads
 from kernelwatch.kernels.paired import (
     PairedConfig,
@@ -142,7 +143,8 @@ def case(
         # a capture. Without it, on the H200 (2026-12-01) the second case of a suite
         # hit an illegal address in sides that did not check (pairs >= 2, a kernel that
         # allocates its output).
-        call(inputs)
+        with build_profile_skips():
+            call(inputs)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return call, inputs, _timer_hints(spec)

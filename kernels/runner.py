@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import torch
 
-from kernelwatch.kernels.adapters import Unavailable
+from kernelwatch.kernels.adapters import Unavailable, build_profile_skips
 from kernelwatch.kernels.correctness import check, compute_dtype, poison_
 from kernelwatch.kernels.device import describe_device, describe_environment, pin_cpu_threads
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
@@ -248,7 +248,8 @@ def checked_case(
     gen.manual_seed(seed)
     inputs = spec.make_inputs(gen, device)
     poison_(inputs["out"])
-    spec.invoke(fn, inputs)
+    with build_profile_skips():
+        spec.invoke(fn, inputs)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     hi = torch.float64 if device.type == "cpu" else torch.float32

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from kernelwatch.jobs.errors import InstallError
 from kernelwatch.jobs.library.config_model import StubSources
+from kernelwatch.kernels.stubbed import LEFT_OUT
 
 MARK = "kernelwatch stub_sources"
 # template<> void NAME<ARGS>(PARAMS) {   or   template void NAME<ARGS>(PARAMS);
@@ -65,7 +66,7 @@ def stub_text(original: str, rel: str) -> str:
     lines += ['#include "cutlass/numeric_types.h"', '#include "flash.h"', ""]
     if namespaced:
         lines.append("namespace FLASH_NAMESPACE {")
-    message = f"{rel} was left out of this build (kernelwatch build profile)"
+    message = f"{rel} {LEFT_OUT}"
     for name, args, params in found:
         lines += [
             "template<>",

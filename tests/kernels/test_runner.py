@@ -147,3 +147,15 @@ def test_a_cpu_run_pins_torch_to_one_thread_and_says_so(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert all(r["environment"]["threads"] == 2 for r in _records(out))
+
+
+def test_a_kernel_a_build_profile_left_out_is_unavailable_not_an_error() -> None:
+    # what worker/stubs.py compiles into a stubbed kernel file, thrown at the first call
+    from kernelwatch.kernels.adapters import Unavailable, build_profile_skips
+    from kernelwatch.kernels.stubbed import LEFT_OUT
+
+    message = f"csrc/flash_attn/src/flash_fwd_hdim64_bf16_sm80.cu {LEFT_OUT}"
+    with pytest.raises(Unavailable, match="hdim64"), build_profile_skips():
+        raise RuntimeError(message)
+    with pytest.raises(RuntimeError, match="out of memory"), build_profile_skips():
+        raise RuntimeError("CUDA out of memory")  # any other error stays an error
