@@ -42,11 +42,12 @@ def commands() -> dict[str, ModuleType]:
         paired,
         prelude,
         prepare,
+        states,
         suite_aa,
     )
 
-    mods = (prelude, gputests, measure, paired, suite_aa, libraries, fleet, prepare)
-    return {m.NAME: m for m in mods}
+    mods = (prelude, gputests, measure, paired, states, suite_aa, libraries, fleet, prepare)
+    return {m.NAME: m for m in (*mods, prepare.FA2)}  # prepare-fa2: in prepare.py
 
 
 def _common(p: argparse.ArgumentParser, *, top: bool) -> None:

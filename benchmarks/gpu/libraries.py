@@ -1,6 +1,6 @@
 """``libraries``: released versions and built commits of the libraries under test.
 
-Three parts (``--part``, default all whose inputs were carried):
+Four parts (``--part``, default all whose inputs were carried):
 
 - ``gemm-kernels``: which kernels ``torch._scaled_mm`` (row-wise, per-tensor) and a
   bf16 ``mm`` launch, by the profiler's names: "CUTLASS" is checked, not assumed
@@ -17,6 +17,20 @@ Three parts (``--part``, default all whose inputs were carried):
   prefill suite (``bench-paired``), every further one benched alone. Builds take
   80-130 s each on the H200's 16 cores. The build JSONs name each environment's
   path: pass one to ``gputests --with-path`` for the adapter tests.
+- ``fa2``: FlashAttention-2, the ``flash-attn`` package (``flash_attn_func``), at
+  commits (``--fa2 7321879f --fa2 060c9188``: v2.8.2, v2.8.3) built the same way
+  with the trimmed profile of ``docs/flash-attn2.kernelwatch.toml`` (``stub_sources``:
+  the 8 head-dim-128 forward kernel files compiled, the other 64 rewritten into stubs
+  that throw) from the ``.src/fa2-*`` tarballs of ``prepare-fa2``. All commits build
+  at once, one subprocess each, ``MAX_JOBS`` split between them (``--fa2-jobs``, 8
+  each: a copy of the recipe with that value, so the cache key is that copy's);
+  each build's wall seconds, the builds' total, and a second build of the first
+  commit (the environment cache's hit) are recorded. Then the first two in paired
+  mode (``--fa2-pairs`` process pairs) and the second benched alone (runner), on
+  the prefill suite's ``prefill`` kernel at size quick. Cases whose kernel files
+  the build stubbed (head dims 64 and 256 there) are skips: left out of the paired
+  run (``--skip-case``), and in the bench the stub's own error ("... was left out
+  of this build") is recorded as the skip it stands for.
 """
 
 from __future__ import annotations
@@ -25,19 +39,27 @@ import argparse
 import glob
 import json
 import os
+import re
+import shutil
 import sys
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu import host
 
 NAME = "libraries"
-HELP = "FlashInfer versions paired; FA3 built at commits, paired and benched"
+HELP = "FlashInfer versions paired; FA3/FA2 built at commits, paired and benched"
 ENVS = Path("/tmp/kwenvs")
 RECIPE = host.ROOT / "docs" / "flash-attention.kernelwatch.toml"
 FA3_REPO = "https://github.com/Dao-AILab/flash-attention"
-PARTS = ("gemm-kernels", "flashinfer", "fa3")
+PARTS = ("gemm-kernels", "flashinfer", "fa3", "fa2")
+FA2_RECIPE = host.ROOT / "docs" / "flash-attn2.kernelwatch.toml"
+FA2_HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # csrc/flash_attn/src/static_switch.h
+FA2_SRC = "csrc/flash_attn/src"
+STUB_ERROR = "was left out of this build (kernelwatch build profile)"  # worker/stubs.py
 
 
 def gemm_kernels(ctx: host.Context) -> dict[str, Any]:
@@ -80,7 +102,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--versions", default="0.5.3,0.6.0", help="two FlashInfer versions")
     p.add_argument("--repeats", type=int, default=2, help="paired repeats per FlashInfer case")
     p.add_argument("--fa3", action="append", metavar="COMMIT", help="FA3 commits (.src/)")
-    p.add_argument("--build-timeout", type=float, default=280)
+    p.add_argument("--fa2", action="append", metavar="COMMIT", help="FA2 commits (.src/)")
+    p.add_argument("--fa2-jobs", type=int, default=8, help="MAX_JOBS of each FA2 build")
+    p.add_argument("--fa2-pairs", type=int, default=4, help="process pairs of the FA2 paired run")
+    p.add_argument(
+        "--build-timeout", type=float, default=None, help="seconds a build (FA3 280, FA2 360)"
+    )
 
 
 def _flashinfer(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
@@ -112,24 +139,37 @@ def _flashinfer(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _profile_env(profile: str) -> dict[str, str]:
+def _profile_env(profile: str, recipe: Path = RECIPE) -> dict[str, str]:
     """The recipe's environment for ``profile``: tells the FA3 adapter what was left out."""
     from kernelwatch.jobs.library import repoconfig
     from kernelwatch.worker.recipes import recipe_set
 
-    cfg = repoconfig.parse(RECIPE.read_text())
+    cfg = repoconfig.parse(recipe.read_text())
     return dict(recipe_set(cfg.install).select(profile).env)
 
 
-def _unpack(commit: str) -> tuple[Path, str, Path] | str:
-    """``.src/fa3-<sha>.tar.xz`` unpacked, with its CUTLASS include/ beside; or why not."""
-    found = sorted(glob.glob(str(host.SOURCES / f"fa3-{commit}*.tar.xz")))
+def _build_json(log: Path) -> dict[str, Any] | None:
+    """The JSON line ``kernelwatch.worker.venvs`` prints last, whole (``host.tail`` cuts
+    lines at 300 characters; an entry's JSON is longer), or None."""
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        doc = json.loads(lines[-1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _unpack(commit: str, kind: str = "fa3") -> tuple[Path, str, Path] | str:
+    """``.src/<kind>-<sha>.tar.xz`` unpacked, with its CUTLASS include/ beside; or why not."""
+    found = sorted(glob.glob(str(host.SOURCES / f"{kind}-{commit}*.tar.xz")))
     if not found:
-        return f"no .src/fa3-{commit}*.tar.xz (make it with prepare-fa3)"
+        return f"no .src/{kind}-{commit}*.tar.xz (make it with prepare-{kind})"
+    if len(found) > 1:
+        return f"{commit} names {len(found)} tarballs in .src/: give more of the sha"
     import tarfile
 
-    full = Path(found[0]).name.removesuffix(".tar.xz").removeprefix("fa3-")
-    src = Path("/tmp/kwfa3") / full
+    full = Path(found[0]).name.removesuffix(".tar.xz").removeprefix(f"{kind}-")
+    src = Path(f"/tmp/kw{kind}") / full
     src.mkdir(parents=True, exist_ok=True)
     with tarfile.open(found[0]) as tar:
         tar.extractall(src, filter="data")
@@ -149,6 +189,7 @@ def _fa3(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
     commits = args.fa3 or []
     if not commits:
         return {"skipped": "no --fa3 COMMIT given"}
+    build_timeout = 280.0 if args.build_timeout is None else args.build_timeout
     svc = host.service_wheels(ctx)
     builds: list[dict[str, Any]] = []
     for c in commits:
@@ -159,13 +200,10 @@ def _fa3(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
         src, full, cutlass = got
         argv = [sys.executable, "-m", "kernelwatch.worker.venvs", "--root", str(ENVS)]
         argv += ["--max-gb", "40", "build", "--config", str(RECIPE), "--profile", "trimmed"]
-        argv += ["--offline", "--timeout", str(args.build_timeout), "--source-dir", str(src)]
+        argv += ["--offline", "--timeout", str(build_timeout), "--source-dir", str(src)]
         argv += ["--commit", full, "--vendor", f"csrc/cutlass={cutlass}"]
-        step = ctx.run(f"fa3-build-{c}", argv, args.build_timeout + 20, reserve=60)
-        try:
-            env = json.loads(host.tail(Path(step.log), 1)[0])
-        except (IndexError, ValueError):
-            env = {"error": f"no build JSON (rc {step.rc})"}
+        step = ctx.run(f"fa3-build-{c}", argv, build_timeout + 20, reserve=60)
+        env = _build_json(Path(step.log)) or {"error": f"no build JSON (rc {step.rc})"}
         builds.append({"commit": full, "rc": step.rc, "build_s": round(step.seconds, 1), **env})
     ok = [b for b in builds if b.get("pythonpath")]
     result: dict[str, Any] = {"service_wheels": svc, "builds": builds}
@@ -215,6 +253,286 @@ def _fa3(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# ----------------------------------------------------------------------------- fa2
+
+
+def _fa2_recipe(jobs: int) -> Path:
+    """The FA2 recipe with ``MAX_JOBS = jobs`` (concurrent builds share the cores)."""
+    text = FA2_RECIPE.read_text()
+    new, n = re.subn(r'(\bMAX_JOBS\s*=\s*)"\d+"', rf'\g<1>"{jobs}"', text)
+    if n != 1:
+        raise RuntimeError(f"{FA2_RECIPE.name}: {n} MAX_JOBS settings, expected one")
+    path = Path("/tmp/kwfa2-recipes") / f"flash-attn2.jobs{jobs}.kernelwatch.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)
+    return path
+
+
+def _stub_lists(src: Path, recipe: Path) -> tuple[list[str], list[str]]:
+    """(stubbed, kept): the kernel files the trimmed profile rewrites / compiles in ``src``."""
+    from kernelwatch.jobs.library import repoconfig
+    from kernelwatch.worker import stubs
+    from kernelwatch.worker.recipes import recipe_set
+
+    cfg = repoconfig.parse(recipe.read_text())
+    spec = recipe_set(cfg.install).select("trimmed").stub_sources
+    return ([], []) if spec is None else stubs.selected(src, spec)
+
+
+def _case_label(params: dict[str, Any]) -> str:
+    p = params
+    causal = " causal" if p.get("causal") else ""
+    return (
+        f"{p.get('model', '?')} b{p.get('batch')} q{p.get('seq_q')} k{p.get('seq_k')} "
+        f"d{p.get('head_dim')} {p.get('dtype')}{causal}"
+    )
+
+
+def _fa2_outside(kept: list[str], backend: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """The quick prefill cases whose forward kernel files a build stubbed: id -> (params, why).
+
+    ``flash_attn_func`` runs ``flash_fwd_hdim<D>_<dtype>[_causal]_sm80.cu`` (or its
+    ``flash_fwd_split_`` twin for small batches), ``D`` the head dim rounded up as
+    ``HEADDIM_SWITCH`` does. A stubbed one throws ("... was left out of this build");
+    the FA2 adapter does not read the profile, so the driver says so instead.
+    """
+    import torch
+
+    from kernelwatch.kernels.record import case_id
+    from kernelwatch.kernels.suite import load_suite
+
+    names = {Path(k).name for k in kept}
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    for spec in load_suite("prefill", "quick", torch.device("cpu")):
+        if spec.kernel != "prefill":
+            continue
+        p = spec.params
+        d = next((h for h in FA2_HEAD_DIMS if int(p["head_dim"]) <= h), None)
+        dt = {"float16": "fp16", "bfloat16": "bf16"}.get(str(p["dtype"]))
+        if d is None or dt is None:
+            continue  # the adapter skips these itself (head dim > 256, not fp16/bf16)
+        tag = "_causal" if p.get("causal") else ""
+        missing = [
+            f
+            for f in (f"flash_fwd{s}_hdim{d}_{dt}{tag}_sm80.cu" for s in ("", "_split"))
+            if f not in names
+        ]
+        if missing:
+            why = f"outside the trimmed build: {FA2_SRC}/{missing[0]} is a stub"
+            out[case_id(spec.kernel, backend, p)] = (dict(p), why)
+    return out
+
+
+def _fa2_build(
+    ctx: host.Context,
+    name: str,
+    unit: tuple[Path, str, Path],
+    recipe: Path,
+    timeout: float,
+    reserve: float,
+) -> dict[str, Any]:
+    """One ``kernelwatch.worker.venvs build`` of an unpacked FA2 tree; never raises."""
+    src, full, cutlass = unit
+    argv = [sys.executable, "-m", "kernelwatch.worker.venvs", "--root", str(ENVS)]
+    argv += ["--max-gb", "40", "build", "--config", str(recipe), "--profile", "trimmed"]
+    argv += ["--offline", "--timeout", str(timeout), "--source-dir", str(src)]
+    argv += ["--commit", full, "--vendor", f"csrc/cutlass={cutlass}"]
+    step = ctx.run(name, argv, timeout + 20, reserve=reserve)
+    env = _build_json(Path(step.log))
+    if env is None:
+        why = step.skipped or (
+            f"timed out after {step.seconds:.0f} s" if step.timed_out else f"rc {step.rc}"
+        )
+        env = {"error": f"no build JSON ({why})"}
+    tail = str(env.pop("log_tail", "")).splitlines()
+    log = Path(str(env.get("log", "")))
+    if log.is_file():  # the cache's build log, whole, travels with the logs
+        shutil.copyfile(log, ctx.logs / f"{name}.build.log")
+        tail = host.tail(log, 15)
+    if not tail:
+        tail = host.tail(Path(step.log), 15)
+    steps = re.findall(r"\[(\d+)/(\d+)\]", "\n".join(tail))
+    ref = src / ".kw-ref"
+    return {
+        "commit": full,
+        "ref": ref.read_text().strip() if ref.is_file() else None,
+        "rc": step.rc,
+        "build_s": round(step.seconds, 1),
+        "timed_out": step.timed_out,
+        **env,
+        "ninja_steps": "/".join(steps[-1]) if steps else None,
+        "log_tail": [line[:200] for line in tail if line.strip()][-15:],
+    }
+
+
+def _fa2(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
+    commits = args.fa2 or []
+    if not commits:
+        return {"skipped": "no --fa2 COMMIT given"}
+    timeout = 360.0 if args.build_timeout is None else args.build_timeout
+    jobs = args.fa2_jobs
+    if ctx.cpu:  # no CUDA torch: the build can only fail; one compile job, 30 s, to show how
+        timeout, jobs = min(timeout, 30.0), 1
+    svc = host.service_wheels(ctx)
+    recipe = _fa2_recipe(jobs)
+    result: dict[str, Any] = {"service_wheels": svc, "recipe": str(recipe), "jobs_per_build": jobs}
+    shutil.copyfile(recipe, ctx.logs / recipe.name)
+    units: list[tuple[Path, str, Path]] = []
+    builds: list[dict[str, Any]] = []
+    built: list[dict[str, Any]] = []
+    for c in commits:
+        got = _unpack(c, "fa2")
+        if isinstance(got, str):
+            builds.append({"commit": c, "error": got})
+            continue
+        units.append(got)
+        stubbed, kept = _stub_lists(got[0], recipe)
+        result.setdefault("stubs", {})[got[1]] = {
+            "stubbed": len(stubbed),
+            "kept": len(kept),
+            "kept_files": [Path(k).name for k in kept],
+        }
+    if units:
+        # all builds at once, one subprocess each, MAX_JOBS split between them; what
+        # follows keeps 120 s (the cache hit, the paired run's start, the bench)
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=len(units)) as pool:
+            running = [
+                pool.submit(_fa2_build, ctx, f"fa2-build-{u[1][:8]}", u, recipe, timeout, 120.0)
+                for u in units
+            ]
+            built = [f.result() for f in running]
+        builds += built
+        result["builds_wall_s"] = round(time.monotonic() - t0, 1)
+        result["builds_at_once"] = len(units)
+    result["builds"] = builds
+    ok = [b for b in builds if b.get("pythonpath")]
+    if not ok:
+        return result
+    if built and built[0].get("pythonpath"):  # the first commit again: the cache's hit
+        again = _fa2_build(ctx, f"fa2-rebuild-{units[0][1][:8]}", units[0], recipe, 60, 90)
+        keep = ("rc", "build_s", "cached", "seconds", "key", "error")
+        result["rebuild_same_commit"] = {"commit": units[0][1], **{k: again.get(k) for k in keep}}
+    env = _profile_env("trimmed", recipe)  # the recipe's env reaches the suite runner too
+    impl = "kernelwatch.kernels.adapters.flash_attn"
+    lib = {"name": "flash-attn", "source": FA3_REPO, "profile": "trimmed"}
+    common = ["--suite", "prefill", "--kernel", "prefill", "--impl", impl]
+    common += ["--backend", "flash-attn", "--size", "quick"]
+    outside: dict[str, tuple[dict[str, Any], str]] = {}
+    for b in ok:
+        kept = result.get("stubs", {}).get(b["commit"], {}).get("kept_files", [])
+        outside.update(_fa2_outside(kept, "flash-attn"))
+    result["outside_build"] = {cid: why for cid, (_, why) in outside.items()}
+    if len(ok) >= 2:
+        a, b = ok[0], ok[1]
+        out = ctx.logs / "fa2_paired.jsonl"
+        argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", *common]
+        for cid in sorted(outside):
+            argv += ["--skip-case", cid]
+        argv += ["--baseline-path", os.pathsep.join(a["pythonpath"])]
+        argv += ["--candidate-path", os.pathsep.join(b["pythonpath"])]
+        argv += ["--library", json.dumps({**lib, "commit": b["commit"]})]
+        argv += ["--baseline-library", json.dumps({**lib, "commit": a["commit"]})]
+        argv += ["--pairs", str(args.fa2_pairs), "--min-effect", "0.01", "--out", str(out)]
+        step = ctx.run("fa2-paired", argv, 240, reserve=45, watch=out, env=env)
+        rows = [
+            {
+                "case": _case_label(r.get("params") or {}),
+                "params": r.get("params"),
+                "status": r.get("status"),
+                **{k: (r.get("paired") or {}).get(k) for k in ("verdict", "ratio", "ci_low")},
+                "ci_high": (r.get("paired") or {}).get("ci_high"),
+                "error": r.get("error"),
+            }
+            for r in host.read_jsonl(out)
+        ]
+        rows += [
+            {"case": _case_label(p), "params": p, "status": "skip", "verdict": None,
+             "ratio": None, "ci_low": None, "ci_high": None, "error": why}
+            for p, why in outside.values()
+        ]  # fmt: skip
+        result["paired"] = rows
+        result["paired_rc"] = step.rc
+        result["paired_s"] = round(step.seconds, 1)
+        result["paired_arrivals"] = step.arrivals
+    bench = ok[1] if len(ok) >= 2 else ok[0]
+    out = ctx.logs / f"fa2_{bench['commit'][:8]}_bench.jsonl"
+    argv = [sys.executable, "-m", "kernelwatch.kernels.runner", *common, "--budget", "0.3"]
+    argv += ["--library", json.dumps({**lib, "commit": bench["commit"]}), "--out", str(out)]
+    pp = os.pathsep.join([os.environ.get("PYTHONPATH", ""), *bench["pythonpath"]])
+    step = ctx.run(f"fa2-bench-{bench['commit'][:8]}", argv, 120, env={**env, "PYTHONPATH": pp})
+    result["bench"] = {bench["commit"]: [_bench_row(r) for r in host.read_jsonl(out)]}
+    result["bench_rc"] = step.rc
+    return result
+
+
+def _bench_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One runner record, short; a stub's error (a kernel file the build left out) is a skip."""
+    status, error = r.get("status"), r.get("error")
+    if status == "error" and STUB_ERROR in str(error or ""):
+        status, error = "skip", f"outside the trimmed build: {error}"
+    return {
+        "case": _case_label(r.get("params") or {}),
+        "params": r.get("params"),
+        "status": status,
+        "median_s": (r.get("timing") or {}).get("median"),
+        "tflops": (r.get("throughput") or {}).get("tflops"),
+        "error": error,
+    }
+
+
+def _last_line(text: Any, width: int = 120) -> str:
+    """The line of a build error that says what went wrong (its last), shortened."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1][:width] if lines else ""
+
+
+def _fa2_table(fa: dict[str, Any]) -> list[str]:
+    table: list[str] = []
+    if "skipped" in fa:
+        return [f"fa2: skipped: {fa['skipped']}"]
+    stubs = fa.get("stubs", {})
+    for b in fa.get("builds", []):
+        s = stubs.get(b["commit"], {})
+        name = f"{b['commit'][:8]}" + (f" ({b['ref']})" if b.get("ref") else "")
+        what = (
+            f"{b.get('build_s')} s cold, rc {b.get('rc')}"
+            if b.get("pythonpath")
+            else f"FAILED (rc {b.get('rc')}): {_last_line(b.get('error'))}"
+        )
+        table.append(
+            f"fa2 build {name}: {what}; {s.get('kept', '?')} kernel files kept, "
+            f"{s.get('stubbed', '?')} stubbed"
+        )
+    if "builds_wall_s" in fa:
+        table.append(
+            f"fa2 builds: {fa['builds_at_once']} at once, {fa['builds_wall_s']} s wall in all "
+            f"(MAX_JOBS={fa['jobs_per_build']} each)"
+        )
+    again = fa.get("rebuild_same_commit")
+    if again:
+        table.append(
+            f"fa2 rebuild, same commit (cache hit) {again['commit'][:8]}: {again.get('build_s')} s"
+            f", cached {again.get('cached')}, rc {again.get('rc')}"
+        )
+    for r in fa.get("paired", []):
+        ratio = (
+            f"B/A {r['ratio']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
+            if isinstance(r.get("ratio"), float) and isinstance(r.get("ci_low"), float)
+            else (r.get("error") or "")[:90]
+        )
+        table.append(f"fa2 paired {r['status']:<5} {r['verdict']} {ratio}  {r['case']}")
+    for commit, rows in fa.get("bench", {}).items():
+        for r in rows:
+            if r["status"] == "pass":
+                tf = r["tflops"]
+                what = f"{r['median_s'] * 1e6:.1f} us " + (f"{tf:.0f} TFLOP/s" if tf else "")
+            else:
+                what = str(r.get("error") or "")[:90]
+            table.append(f"fa2 {commit[:8]} bench {r['status']:<5} {what}  {r['case']}")
+    return table
+
+
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     parts = args.part or list(PARTS)
     result: dict[str, Any] = {}
@@ -250,4 +568,7 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         for commit, rows in fa.get("bench", {}).items():
             for r in rows:
                 table.append(f"fa3 {commit[:8]} {r['status']} {r['median_s']} s {r['tflops']} TF")
+    if "fa2" in parts:
+        result["fa2"] = _fa2(ctx, args)
+        table += _fa2_table(result["fa2"])
     return result, table
