@@ -9,33 +9,52 @@
 #      worker per GPU pinned with CUDA_VISIBLE_DEVICES=<uuid>
 #   d. one real run of the basic suite of the demo library (tinykern, a git repo of
 #      Triton kernels made by jobs/demo/pipeline.py) through the normal planner -> broker ->
-#      worker -> environment -> suite subprocess -> database path, waited for (bounded)
+#      worker -> environment -> suite subprocess -> database path, waited for (bounded);
+#      with KW_FLEET_RUNS=R, R runs at once (R sibling commits on the demo's base, one
+#      branch each, so no request joins another: jobs/planning/dedup.py), of the suite(s)
+#      KW_FLEET_SUITE names (e.g. noop: the fleet commit adds tinykern.noop for it)
 #   e. the database as JSON: runs, results (kernel, status, device, median), worker
 #      heartbeats (host, GPU, UUID, driver, CUDA, torch/triton, clock, state, run);
 #      heartbeats and the process tree (with each process's CUDA_VISIBLE_DEVICES)
 #      sampled while the run is measured; `kernelwatch show RUN --json`
 #   f. SIGTERM to the supervisor; its workers must be gone afterwards (else SIGKILL,
 #      recorded); the database once more after the stop (heartbeat state "gone")
-#   g. everything into ONE archive, $OUT/fleet.tgz, and a short summary printed last
+#   g. everything into ONE archive, $OUT/fleet.tgz, and a short summary printed last;
+#      stats.json (issue 17): runs finished / lost / duplicated (two result rows for one
+#      (run, case)), per run its worker and the card UUID its records name (beside the
+#      worker's pinned UUID), throughput (runs/s, first start to last finish), p50/p99
+#      of started - created (queue to start) and of finished - started
 #
 #   python -m benchmarks.gpu fleet                     how to run it (JSON + table)
 #   OUT=/some/empty/dir bash benchmarks/gpu/fleet_host.sh   the script alone
 #
-# Carry `.svc` (the service wheels the GPU image lacks: celery and its dependencies,
-# SQLAlchemy, Alembic + Mako, pydantic + pydantic-settings, python-dotenv, tzlocal,
-# tzdata; cp312 manylinux, about 11 MB). Every step is bounded by `timeout`, logged,
-# and a failing step never stops the next one. Without a GPU the same script runs on
-# the `cpu` queue with Triton's interpreter (how it is checked on a CPU machine).
+# Carry `.svc` (the service wheels the GPU image lacks, the versions of the dev venv:
+# celery 5.7.0, kombu 5.7.0, billiard 4.3.2, vine 5.1.0, amqp 5.4.2, click 8.5.1 (celery
+# wants >= 8.3.1), click-didyoumean 0.3.1, click-repl 0.4.1, click-plugins 1.1.1.2,
+# prompt-toolkit 3.0.53, wcwidth 0.9.4, tzlocal 5.4.5, tzdata 2026.6, SQLAlchemy 2.1.9 (no
+# greenlet: only its asyncio extra needs it), alembic 1.20.1, Mako 1.4.3, pydantic 2.14.4,
+# pydantic-core 2.50.5, annotated-types 0.8.0, typing-inspection 0.4.5, typing-extensions
+# 4.16.0 (pydantic wants >= 4.16), pydantic-settings 2.16.3, python-dotenv 1.2.4, tenacity
+# 9.2.1; cp312 manylinux, 24 wheels, 10.7 MB; python-dateutil and MarkupSafe come from the
+# image; the redis client is imported only by the API's metrics). Every step is bounded
+# by `timeout`, logged, and a failing step never stops the next one. Without a GPU the
+# same script runs on the `cpu` queue with Triton's interpreter (how it is checked on a
+# CPU machine).
 #
 # Knobs (environment): KW_FLEET_PY (interpreter, default python3), KW_FLEET_WHEELS
-# (wheel folder, default .svc), KW_FLEET_BUDGET_S (145), KW_FLEET_WAIT_S (90),
+# (wheel folder, default .svc), KW_FLEET_RUNS (runs submitted at once, default 1),
+# KW_FLEET_SUITE (suites, comma-separated, default basic), KW_FLEET_BUDGET_S
+# (145 + 20 a run past the first), KW_FLEET_WAIT_S (90 + 20 a run past the first),
 # KW_FLEET_BENCH_ARGS (extra suite-runner arguments, default "--budget 0.5").
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 1
 T0=$(date +%s)
-BUDGET=${KW_FLEET_BUDGET_S:-145}
-WAIT_S=${KW_FLEET_WAIT_S:-90}
+RUNS=${KW_FLEET_RUNS:-1}
+case "$RUNS" in ''|*[!0-9]*|0) RUNS=1 ;; esac
+export KW_FLEET_RUNS=$RUNS KW_FLEET_SUITE=${KW_FLEET_SUITE:-basic}
+BUDGET=${KW_FLEET_BUDGET_S:-$(( 145 + 20 * (RUNS - 1) ))}
+WAIT_S=${KW_FLEET_WAIT_S:-$(( 90 + 20 * (RUNS - 1) ))}
 PY=${KW_FLEET_PY:-python3}
 WHEELS=${KW_FLEET_WHEELS:-$ROOT/.svc}
 OUT=${OUT:-$ROOT/out-fleet}
@@ -179,6 +198,8 @@ def submit() -> None:
     t0 = time.monotonic()
     wait_s = float(os.environ.get("KW_FLEET_WAIT_S", "90"))
     bench_args = shlex.split(os.environ.get("KW_FLEET_BENCH_ARGS", ""))
+    n_runs = max(1, int(os.environ.get("KW_FLEET_RUNS") or 1))
+    suites = [x for x in os.environ.get("KW_FLEET_SUITE", "basic").split(",") if x] or ["basic"]
     settings = get_settings()
     settings.ensure_dirs()
     upgrade()
@@ -187,23 +208,38 @@ def submit() -> None:
     commits = create_demo_repository(repo)
     base = commits[0].sha  # the good commit; the later demo commits are slow / broken
     # One commit on top of it whose recipe passes the host's NVLink-multicast switches on
-    # to the build and the suite process (their environment is an allow-list).
-    git("checkout", "-q", "-B", "fleet", base, cwd=repo)
-    toml = repo / ".kernelwatch.toml"
-    env_line = "env = { " + ", ".join(f'{k} = "{v}"' for k, v in NVLS_OFF.items()) + " }"
-    toml.write_text(toml.read_text().replace('recipe = "pip"', f'recipe = "pip"\n{env_line}', 1))
-    git("add", "-A", cwd=repo)
-    git("-c", "user.name=kernelwatch fleet", "-c", "user.email=fleet@kernelwatch.invalid",
-        "commit", "-q", "-m", "fleet check: keep NVLink multicast off", cwd=repo)
-    sha = git("rev-parse", "HEAD", cwd=repo).strip()
+    # to the build and the suite process (their environment is an allow-list). With
+    # KW_FLEET_RUNS=R: R such commits, siblings on the base (branches fleet, fleet-2, ...),
+    # told apart by their message: distinct commits, so no request joins another
+    # (jobs/planning/dedup.py), and each run's baseline is the base, unmeasured, as with one.
+    shas = []
+    for i in range(n_runs):
+        git("checkout", "-q", "-B", "fleet" if i == 0 else f"fleet-{i + 1}", base, cwd=repo)
+        toml = repo / ".kernelwatch.toml"
+        env_line = "env = { " + ", ".join(f'{k} = "{v}"' for k, v in NVLS_OFF.items()) + " }"
+        toml.write_text(toml.read_text().replace('recipe = "pip"', f'recipe = "pip"\n{env_line}', 1))
+        if "noop" in suites:  # the noop suite calls the library's noop(x, out): a copy
+            init = repo / "tinykern" / "__init__.py"
+            init.write_text(init.read_text() + "\n\ndef noop(x, out):\n    out.copy_(x)\n")
+        git("add", "-A", cwd=repo)
+        msg = "fleet check: keep NVLink multicast off"
+        if n_runs > 1:
+            msg = f"fleet check, run {i + 1} of {n_runs}: keep NVLink multicast off"
+        git("-c", "user.name=kernelwatch fleet", "-c", "user.email=fleet@kernelwatch.invalid",
+            "commit", "-q", "-m", msg, cwd=repo)
+        shas.append(git("rev-parse", "HEAD", cwd=repo).strip())
+    sha = shas[0]
     dc = local_device_class()
-    req = RunRequest(source=str(repo), commits=[sha], suites=["basic"], device_class=dc,
-                     trigger="manual", measure_baseline=False,
-                     options={"bench_args": bench_args} if bench_args else {})
+    options: dict = {"bench_args": bench_args} if bench_args else {}
+    if suites != ["basic"]:  # else the worker runs the suites .kernelwatch.toml names
+        options["suites_explicit"] = True
+    req = RunRequest(source=str(repo), commits=shas, suites=suites, device_class=dc,
+                     trigger="manual", measure_baseline=False, options=options)
     planned = plan(factory, settings, make_celery(settings), req)
     ids = [p.id for p in planned]
     submitted = time.monotonic()
-    out = {"repository": str(repo), "commit": sha, "device_class": dc, "queue": queue_for(dc),
+    out = {"repository": str(repo), "commit": sha, "commits": shas, "suites": suites,
+           "runs_asked": n_runs, "device_class": dc, "queue": queue_for(dc),
            "bench_args": bench_args, "run_ids": ids,
            "planned": [asdict(p) for p in planned], "submit_s": round(submitted - t0, 1)}
     _json(out, W / "submit.json")
@@ -299,7 +335,8 @@ def dump(target: str = "db.json", heartbeats_only: bool = False) -> None:
             for x in res:
                 rec = x.record or {}
                 dev = rec.get("device") or {}
-                rows.append({"run": x.run_id, "kernel": x.case.kernel if x.case else rec.get("kernel"),
+                rows.append({"run": x.run_id, "case_id": x.case_id,
+                             "kernel": x.case.kernel if x.case else rec.get("kernel"),
                              "params": rec.get("params"), "status": x.status,
                              "median_us": x.median_s * 1e6 if x.median_s else None,
                              "ci_us": [v * 1e6 if v else None for v in (x.ci_low_s, x.ci_high_s)],
@@ -396,7 +433,94 @@ def stop(sup: int, grace: float) -> None:
     sys.exit(0 if out["clean"] else 1)
 
 
-# ------------------------------------------------------------------------ g. summary
+# ------------------------------------------------------------------------ g. stats, summary
+FINAL = ("succeeded", "failed", "error", "cancelled")  # db.models.FINAL_STATES
+
+
+def _when(value) -> datetime | None:
+    """A stored time as naive UTC (SQLite returns naive, PostgreSQL aware values)."""
+    if not value:
+        return None
+    t = datetime.fromisoformat(str(value))
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    """The q-th percentile, linear between order statistics (numpy's default)."""
+    xs = sorted(xs)
+    if not xs:
+        return None
+    at = (len(xs) - 1) * q / 100.0
+    lo = int(at)
+    hi = min(lo + 1, len(xs) - 1)
+    return round(xs[lo] + (xs[hi] - xs[lo]) * (at - lo), 3)
+
+
+def fleet_stats(db: dict, sub: dict, det: dict) -> dict:
+    """Issue 17's figures of the submitted runs: none lost or duplicated, cards, latency."""
+    ids = list(sub.get("run_ids") or [])
+    runs = {r["id"]: r for r in db.get("runs") or [] if r["id"] in ids}
+    res = [x for x in db.get("results") or [] if x.get("run") in ids]
+    pinned = {h["name"]: h.get("gpu_uuid") for h in db.get("heartbeats") or []}
+    per_case: dict = {}
+    for x in res:
+        key = (x["run"], x.get("case_id") or json.dumps([x.get("kernel"), x.get("params")]))
+        per_case[key] = per_case.get(key, 0) + 1
+    dups = [{"run": k[0], "case": k[1], "rows": n} for k, n in per_case.items() if n > 1]
+    rows, queue, service, workers = [], [], [], {}
+    for i in ids:
+        r = runs.get(i)
+        if r is None:
+            rows.append({"id": i, "status": "missing"})
+            continue
+        created, started, finished = (_when(r.get(k)) for k in ("created", "started", "finished"))
+        mine = [x for x in res if x["run"] == i]
+        uuids = sorted({str((x.get("device") or {}).get("uuid")) for x in mine
+                        if (x.get("device") or {}).get("uuid")})
+        row = {"id": i, "status": r["status"], "verdict": r.get("verdict"),
+               "worker": r.get("worker"), "attempts": r.get("attempts"), "results": len(mine),
+               "card_uuids": uuids, "worker_gpu_uuid": pinned.get(r.get("worker") or ""),
+               "queue_s": round((started - created).total_seconds(), 3)
+               if created and started else None,
+               "service_s": round((finished - started).total_seconds(), 3)
+               if started and finished else None}
+        row["uuid_matches_pin"] = (uuids == [row["worker_gpu_uuid"]]) if uuids else None
+        rows.append(row)
+        if row["queue_s"] is not None:
+            queue.append(row["queue_s"])
+        if row["service_s"] is not None and r["status"] in FINAL:
+            service.append(row["service_s"])
+        if r.get("worker"):
+            workers[r["worker"]] = workers.get(r["worker"], 0) + 1
+    done = [r for r in rows if r.get("status") in FINAL]
+    starts = [_when(runs[r["id"]].get("started")) for r in done]
+    ends = [_when(runs[r["id"]].get("finished")) for r in done]
+    starts = [t for t in starts if t]
+    ends = [t for t in ends if t]
+    span = (max(ends) - min(starts)).total_seconds() if starts and ends else None
+    gpus = det.get("gpus") if isinstance(det.get("gpus"), list) else []
+    out = {
+        "runs_asked": sub.get("runs_asked", len(ids)), "suites": sub.get("suites"),
+        "planned": len(ids), "cards": len(gpus),
+        "card_uuids": [g.get("uuid") for g in gpus],
+        "workers_planned": len(det.get("per_gpu_plan") or []),
+        "finished": len(done), "succeeded": sum(r["status"] == "succeeded" for r in done),
+        "lost": [r["id"] for r in rows if r.get("status") not in FINAL],
+        "duplicated": dups, "retried": [r["id"] for r in rows if (r.get("attempts") or 0) > 1],
+        "results": len(res), "runs_per_worker": workers,
+        "cards_used": sorted({u for r in rows for u in r.get("card_uuids") or []}),
+        "uuid_mismatch": [r["id"] for r in rows if r.get("uuid_matches_pin") is False],
+        "span_s": round(span, 3) if span is not None else None,
+        "throughput_runs_per_s": round(len(done) / span, 4) if span else None,
+        "queue_to_start_s": {"p50": _pct(queue, 50), "p99": _pct(queue, 99),
+                             "max": max(queue) if queue else None},
+        "start_to_finish_s": {"p50": _pct(service, 50), "p99": _pct(service, 99),
+                              "max": max(service) if service else None},
+        "runs": rows,
+    }
+    return out
+
+
 def summary() -> None:
     steps = []
     if (W / "steps.jsonl").exists():
@@ -522,6 +646,30 @@ def summary() -> None:
     exited = [x for x in sup_log if x.startswith("[kernelwatch]") and " exited (" in x]
     lines.append(f"supervisor: {len(started)} worker start(s), {len(exited)} exit(s) while "
                  "running" + (f": {exited[-1][14:120]}" if exited else ""))
+    # issue 17: the submitted runs together (after the stop if that dump has them)
+    final_db = after if after.get("runs") else db
+    st = fleet_stats(final_db, sub, det) if sub.get("run_ids") is not None else {}
+    _json(st, W / "stats.json")
+    if st:
+        q, f = st["queue_to_start_s"], st["start_to_finish_s"]
+        lines.append(f"fleet     : {st['planned']} run(s) of {','.join(st['suites'] or [])} on "
+                     f"{st['cards']} card(s), {st['workers_planned']} worker(s): finished "
+                     f"{st['finished']} (succeeded {st['succeeded']}), lost {len(st['lost'])}"
+                     f"{' ' + str(st['lost']) if st['lost'] else ''}, duplicated (run, case) "
+                     f"{len(st['duplicated'])}, attempts > 1: {len(st['retried'])}")
+        lines.append(f"            throughput {st['throughput_runs_per_s']} runs/s over "
+                     f"{st['span_s']} s (first start to last finish); queue->start p50 "
+                     f"{q['p50']} p99 {q['p99']} s; start->finish p50 {f['p50']} p99 {f['p99']} s")
+        lines.append("            runs per worker: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(st["runs_per_worker"].items())) + f"; cards in the "
+            f"records {len(st['cards_used'])}, UUID != worker's pin: {st['uuid_mismatch'] or 'none'}")
+        for r in st["runs"][:64]:
+            pin = {True: " = its pin", False: f" != its pin {r.get('worker_gpu_uuid')}",
+                   None: ""}[r.get("uuid_matches_pin")]
+            lines.append(f"            run #{r['id']} {r.get('status')} {r.get('worker')} "
+                         f"{','.join(r.get('card_uuids') or []) or 'no card UUID'}{pin} "
+                         f"results {r.get('results')} queue {r.get('queue_s')} s "
+                         f"service {r.get('service_s')} s")
     lines.append("steps     : " + "  ".join(f"{s['step']}={s['rc']}({s['seconds']:.0f}s)"
                                             for s in steps))
     for s in steps:
