@@ -229,7 +229,11 @@ def part_paired(
     conditions: list[str] | None = None,
     deadline: float = math.inf,
     specs: dict[str, dict[str, Any]] | None = None,
+    prestart: bool = True,
 ) -> list[dict[str, Any]]:
+    """``prestart``: start the next trial's processes while this trial measures (saves
+    their start-up time; ``--no-prestart`` tests whether their CUDA start-up disturbs the
+    measurement, the lead for the 12 µs GEMM's states, docs/measurement.md §5)."""
     rows: list[dict[str, Any]] = []
     for name, spec in (PAIRED_KERNELS if specs is None else specs).items():
         if time.perf_counter() > deadline:
@@ -254,7 +258,7 @@ def part_paired(
             if conditions:
                 conds = {c: v for c, v in conds.items() if c in conditions}
             trial_log: dict[str, list[dict[str, Any]]] = {c: [] for c in conds}
-            upcoming = _fresh_pairs(pairs, 0) if pairs > 1 else None
+            upcoming = _fresh_pairs(pairs, 0) if pairs > 1 and prestart else None
             for t in range(trials):
                 if time.perf_counter() > deadline:  # report the trials done, not nothing
                     print(f"{name}: deadline reached after {t} trials", flush=True)
@@ -262,8 +266,9 @@ def part_paired(
                 # --pairs m: m fresh process pairs per trial (shared by its conditions),
                 # the gate's remedy for offsets that belong to a process (run 8); the
                 # next trial's processes start (import torch) while this one measures
-                fresh = upcoming
-                upcoming = _fresh_pairs(pairs, t + 1) if pairs > 1 and t + 1 < trials else None
+                fresh = upcoming if prestart else _fresh_pairs(pairs, t) if pairs > 1 else None
+                ahead = prestart and pairs > 1 and t + 1 < trials
+                upcoming = _fresh_pairs(pairs, t + 1) if ahead else None
                 try:
                     for cond, extra in conds.items():
                         s = time.perf_counter()

@@ -38,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", type=int, default=1, help="fresh process pairs per trial")
     p.add_argument("--budget", type=float, default=None, help="s of blocks (2.5; CPU 0.4)")
     p.add_argument("--swap-roles", action="store_true", help="baseline in B on odd trials")
+    p.add_argument(
+        "--no-prestart",
+        dest="prestart",
+        action="store_false",
+        help="start a trial's processes when it begins, not during the previous trial",
+    )
 
 
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -63,12 +69,14 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         args.condition,
         time.perf_counter() + ctx.left() - margin,
         specs,
+        args.prestart,
     )
     partial.unlink(missing_ok=True)
     result = {
         "trials_asked": trials,
         "budget_s": budget,
         "pairs": args.pairs,
+        "prestart": args.prestart,
         "benchcases": measurement.BENCHCASES,
         "rows": rows,
     }
