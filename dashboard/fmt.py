@@ -25,22 +25,8 @@ def first_line(text: Any, n: int = 80) -> str:
     return line if len(line) <= n else line[: n - 1] + "…"
 
 
-def time_unit(seconds: float) -> tuple[str, float]:
-    """A unit that makes ``seconds`` readable, and its factor from seconds."""
-    if not is_num(seconds) or seconds >= 1:
-        return "s", 1.0
-    if seconds >= 1e-3:
-        return "ms", 1e3
-    if seconds >= 1e-6:
-        return "µs", 1e6
-    return "ns", 1e9
-
-
-def seconds(v: Any) -> str:
-    if not is_num(v):
-        return "–"
-    unit, factor = time_unit(abs(v))
-    return f"{v * factor:.4g} {unit}"
+time_unit = units.time_unit  # one home: kernels/units.py
+seconds = units.seconds_text
 
 
 def duration(v: Any) -> str:

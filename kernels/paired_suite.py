@@ -84,7 +84,7 @@ from kernelwatch.kernels.runner import (
     selected_cases,
 )
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite
-from kernelwatch.kernels.units import ratio_text
+from kernelwatch.kernels.units import ratio_text, seconds_text
 from kernelwatch.kernels.verdict import (
     BLOCKING,
     ORDER,
@@ -306,7 +306,7 @@ def summary(records: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         p = r.get("paired") or {}
         ratio = ratio_text(p.get("ratio"), p.get("ci_low"), p.get("ci_high"))
-        base, cand = _us(p.get("baseline_median")), _us(p.get("candidate_median"))
+        base, cand = seconds_text(p.get("baseline_median")), seconds_text(p.get("candidate_median"))
         label = r.get("label") or json.dumps(r.get("params"), sort_keys=True)
         lines.append(
             f"{r.get('kernel', '?'):<16} {_verdict(r) or '-':<13} {ratio:<36} "
@@ -332,11 +332,6 @@ def summary(records: Sequence[dict[str, Any]]) -> str:
 def _verdict(record: dict[str, Any]) -> str | None:
     verdict = (record.get("paired") or {}).get("verdict")
     return str(verdict) if verdict is not None else None
-
-
-def _us(seconds: object) -> str:
-    ok = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-    return f"{float(seconds) * 1e6:.2f} us" if ok else "-"  # type: ignore[arg-type]
 
 
 class _Sides:

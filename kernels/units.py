@@ -1,4 +1,4 @@
-"""One way to write a timing change, for every page, the CLI and the PR comment.
+"""One way to write a timing change and a time, for every page, the CLI and the PR comment.
 
 A change is a ratio (candidate / baseline median time, above 1 is slower) with its
 interval, and the relative change beside it where that reads better:
@@ -48,10 +48,31 @@ def ratio_text(
     return text
 
 
+def time_unit(seconds: object) -> tuple[str, float]:
+    """A unit that makes ``seconds`` readable, and its factor from seconds."""
+    v = _num(seconds)
+    if v is None or abs(v) >= 1:
+        return "s", 1.0
+    if abs(v) >= 1e-3:
+        return "ms", 1e3
+    if abs(v) >= 1e-6:
+        return "µs", 1e6
+    return "ns", 1e9
+
+
+def seconds_text(seconds: object) -> str:
+    """A time per call in the unit that reads best: ``48.56 ms``, ``11.26 µs``; ``–``."""
+    v = _num(seconds)
+    if v is None:
+        return "–"
+    unit, factor = time_unit(v)
+    return f"{v * factor:.4g} {unit}"
+
+
 def interval_text(low: object, high: object) -> str:
     """``[1.041, 1.085]``, or ``–`` when either bound is unknown."""
     lo, hi = _num(low), _num(high)
     return "–" if lo is None or hi is None else f"[{lo:.3f}, {hi:.3f}]"
 
 
-__all__ = ["TIMES", "interval_text", "pct", "ratio_text"]
+__all__ = ["TIMES", "interval_text", "pct", "ratio_text", "seconds_text", "time_unit"]

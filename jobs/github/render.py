@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kernelwatch.jobs.judging.report import error_lines
 from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
-from kernelwatch.kernels.units import interval_text, ratio_text
+from kernelwatch.kernels.units import interval_text, ratio_text, seconds_text
 from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict, RunVerdict
 
 COMMENT_MARKER = "<!-- kernelwatch:pr-comment -->"
@@ -24,12 +24,7 @@ _CASE_ICON: dict[str, str] = {
 
 
 def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+    return seconds_text(seconds)
 
 
 def fmt_ratio(case: MovedCase) -> str:
