@@ -15,21 +15,29 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.jobs.github.client import GitHubClient, GitHubError
+from kernelwatch.kernels.units import ratio_text
 
 log = logging.getLogger(__name__)
 
+STATUS_CONTEXT = "kernelwatch/bisect"
 MARKER = "<!-- kernelwatch-bisect -->"
+
+
+def page_url(row: Bisection, dashboard_url: str) -> str:
+    """The bisection's dashboard page (``dashboard/page_bisect.py``)."""
+    return f"{dashboard_url.rstrip('/')}/?page=bisect&id={row.id}"
 
 
 def render(row: Bisection, dashboard_url: str) -> str:
     """The comment's markdown: the culprit, its effect, the steps and the device time."""
     effect = "effect not measured"
     if row.culprit_ratio is not None:
-        effect = f"{row.culprit_ratio:.2f}x the time of its parent"
-        if row.culprit_ci_low is not None and row.culprit_ci_high is not None:
-            effect += f" (interval {row.culprit_ci_low:.3f}–{row.culprit_ci_high:.3f})"
+        effect = (
+            ratio_text(row.culprit_ratio, row.culprit_ci_low, row.culprit_ci_high)
+            + " the time of its parent"
+        )
     skipped = sum(1 for s in row.steps if s.skipped)
-    url = f"{dashboard_url.rstrip('/')}/bisect?id={row.id}"
+    url = page_url(row, dashboard_url)
     others = [c["sha"] for c in row.culprits[1:]]
     lines = [
         MARKER,
@@ -80,7 +88,22 @@ def send_pending(
                 continue
             row.comment_sent = True
             sent.append(bid)
+            _link_from_bad(github, row, dashboard_url)
     return sent
 
 
-__all__ = ["MARKER", "render", "send_pending"]
+def _link_from_bad(github: GitHubClient, row: Bisection, dashboard_url: str) -> None:
+    """A status on the commit where the regression was seen, naming the culprit and
+    linking to the bisection, so the failing commit's checks lead to the answer."""
+    if row.full_name is None or not row.culprit_sha:
+        return
+    effect = ratio_text(row.culprit_ratio, row.culprit_ci_low, row.culprit_ci_high)
+    what = f"culprit {row.culprit_sha[:12]}: {row.culprit_verdict or 'changed'} {effect}"
+    try:
+        url = page_url(row, dashboard_url)
+        github.create_status(row.full_name, row.bad_sha, "failure", STATUS_CONTEXT, what, url)
+    except GitHubError as exc:  # the comment went out; the link is a convenience
+        log.warning("bisection %s: status on %s not sent: %s", row.id, row.bad_sha[:12], exc)
+
+
+__all__ = ["MARKER", "STATUS_CONTEXT", "page_url", "render", "send_pending"]

@@ -222,9 +222,14 @@ def test_the_culprit_gets_one_commit_comment_from_the_reporter_side(
         assert send_pending(factory, client, "https://kw.test") == []  # once
         client.close()
         (comment,) = gh.commit_comments[("octo/lib", shas[CULPRIT])]
+        # the commit where the regression was seen links to the answer
+        status = gh.latest_status("octo/lib", shas[-1], "kernelwatch/bisect")
     body = comment["body"]
-    assert MARKER in body and "regression" in body and "3.00x" in body
-    assert shas[CULPRIT - 1][:12] in body and f"https://kw.test/bisect?id={bid}" in body
+    assert MARKER in body and "regression" in body and "3.000× [2.700, 3.300]" in body
+    link = f"https://kw.test/?page=bisect&id={bid}"
+    assert shas[CULPRIT - 1][:12] in body and link in body
+    assert status is not None and status["state"] == "failure"
+    assert status["target_url"] == link and shas[CULPRIT][:12] in status["description"]
     assert send_pending(factory, None, "https://kw.test") == []  # no token: nothing
 
 
