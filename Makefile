@@ -21,8 +21,13 @@ install: $(STAMP)
 demo: install
 	$(BIN)/kernelwatch demo
 
+# Two test processes (CI has 2 cores; most end-to-end tests wait on workers and
+# subprocesses); a file's tests stay together (--dist loadfile). Tests marked serial
+# (pytest-benchmark fixtures, the new-user browser session) run after, in one process.
+# PYTEST_ARGS adds more options to both.
 test: install check
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/pytest -m serial $(PYTEST_ARGS)
 
 check: lint typecheck
 

@@ -143,10 +143,13 @@ def session(db_url: str) -> Iterator[Session]:
 
 @pytest.fixture
 def redis_db_url() -> Iterator[str]:
-    """A Redis database of its own (numbered 1..15 by test worker), flushed before use."""
+    """A Redis database of its own (1..15 by xdist worker, else by pid), flushed before use."""
     import redis
 
-    url = f"{REDIS_URL}/{os.getpid() % 15 + 1}"
+    # under pytest-xdist each worker (gw0, gw1, ...) owns one database: pids could collide
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+    url = f"{REDIS_URL}/{(index if index is not None else os.getpid()) % 15 + 1}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url

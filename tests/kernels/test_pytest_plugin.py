@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# pytest-benchmark measures nothing under pytest-xdist: make test runs these in one process
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -186,7 +186,7 @@ def test_several_process_pairs_judge_the_slow_commit_over_the_pairs(
     demo: dict[str, str], tmp_path: Path
 ) -> None:
     record = bench_paired_cli(
-        demo, tmp_path, "slow", "--kernel", "rmsnorm", "--budget", "2", "--pairs", "3",
+        demo, tmp_path, "slow", "--kernel", "rmsnorm", "--budget", "1", "--pairs", "3",
         code=1, verdict="regression",
     )  # fmt: skip
     paired = record["paired"]
@@ -202,7 +202,8 @@ def test_cli_run_paired_measures_head_and_baseline_in_one_run(
     cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
     proc = run_cli(
         "run", demo["source"], "--commit", demo["slow"], "--baseline", demo["baseline"],
-        "--paired", "--suite", "basic", "--wait", "--json", "--timeout", "300", env=cli_env,
+        "--paired", "--suite", "basic", "--kernel", "rmsnorm", "--wait", "--json",
+        "--timeout", "300", env=cli_env,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]  # --wait exits 1 on a regression
     (run,) = json.loads(proc.stdout)["runs"]  # no separate baseline run

@@ -29,6 +29,9 @@ from tests.helpers import PYPROJECT, git, make_repo
 
 pytestmark = [
     pytest.mark.slow,
+    # the "loaded 2-core machine" is the rest of the suite's worker processes,
+    # not a second test process drawing pages beside it (make test: serial part)
+    pytest.mark.serial,
     pytest.mark.skipif(browser.CHROMIUM is None, reason="chromium not installed"),
 ]
 

@@ -16,6 +16,9 @@ from kernelwatch.kernels.suite import CaseSpec, load_impl
 from kernelwatch.kernels.suites.basic import build
 from kernelwatch.kernels.timing import TimerConfig
 
+# pytest-benchmark measures nothing under pytest-xdist: make test runs these in one process
+pytestmark = pytest.mark.serial
+
 pytest_plugins = ["kernelwatch.kernels.pytest_plugin"]
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
