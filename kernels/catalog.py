@@ -21,6 +21,7 @@ need one; a plugin suite that needs more is not known to the server yet.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
@@ -38,6 +39,7 @@ def _builtin_grid(name: str) -> grid.GridFile | None:
     return grid.builtin(name) if ref.is_file() else None
 
 
+@functools.cache  # a built-in grid file never changes while a process runs
 def _grid_kernels(name: str) -> frozenset[str] | None:
     parsed = _builtin_grid(name)
     if parsed is None:

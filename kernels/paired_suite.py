@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
@@ -312,9 +313,7 @@ def summary(records: Sequence[dict[str, Any]]) -> str:
             f"{r.get('kernel', '?'):<16} {_verdict(r) or '-':<13} {ratio:<36} "
             f"{base:>10} {cand:>10}  {label}"
         )
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[_verdict(r) or "skip"] = counts.get(_verdict(r) or "skip", 0) + 1
+    counts = Counter(_verdict(r) or "skip" for r in records)
     lines.append(
         f"{len(records)} case{'s' if len(records) != 1 else ''}: "
         + ", ".join(

@@ -202,18 +202,23 @@ def prefill_fp8(fl: Flavour, case: Inputs) -> torch.Tensor:
 
 
 def prefill_varlen(fl: Flavour, case: Inputs) -> torch.Tensor:
-    fa = _api(fl, case, varlen=True)
+    return _varlen(_api(fl, case, varlen=True), case, case["k"], case["v"])
+
+
+def _varlen(fa: ModuleType, case: Inputs, k: Any, v: Any, **extra: Any) -> torch.Tensor:
+    """``flash_attn_varlen_func`` over the case's packed queries and ``k``/``v``."""
     return first(
         fa.flash_attn_varlen_func(
             case["q"],
-            case["k"],
-            case["v"],
+            k,
+            v,
             cu_seqlens_q=case["cu_seqlens_q"],
             cu_seqlens_k=case["cu_seqlens_k"],
             max_seqlen_q=case["max_seqlen_q"],
             max_seqlen_k=case["max_seqlen_k"],
             softmax_scale=case["scale"],
             causal=bool(case["causal"]),
+            **extra,
         )
     )
 
@@ -233,20 +238,8 @@ def prefill_paged(fl: Flavour, case: Inputs) -> torch.Tensor:
             causal=bool(case["causal"]),
             **pages,
         )
-    else:
-        out = fa.flash_attn_varlen_func(
-            case["q"],
-            case["k_cache"],
-            case["v_cache"],
-            cu_seqlens_q=case["cu_seqlens_q"],
-            cu_seqlens_k=case["cu_seqlens_k"],
-            max_seqlen_q=case["max_seqlen_q"],
-            max_seqlen_k=case["max_seqlen_k"],
-            softmax_scale=case["scale"],
-            causal=bool(case["causal"]),
-            **pages,
-        )
-    return first(out)
+        return first(out)
+    return _varlen(fa, case, case["k_cache"], case["v_cache"], **pages)
 
 
 def decode_paged(fl: Flavour, case: Inputs) -> torch.Tensor:
