@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     # ("slower on CPU (plumbing only)") but do not make its run fail or neutral unless this
     # is set; correctness (broken, less_accurate) and errors gate on the CPU as anywhere.
     cpu_timing_gates: bool = False
+    # Bisection steps ahead whose builds go to the ``build`` queue while a step measures
+    # (jobs/planning/build_ahead.py): 2 sends the builds of both outcomes of the next two
+    # steps (up to 6 commits); 0 turns build-ahead off.
+    bisect_build_ahead: int = Field(default=2, ge=0, le=6)
 
     @field_validator("database_url", "broker_url")
     @classmethod

@@ -6,10 +6,15 @@ results and never retried. A run another live worker holds (a redelivered
 message) is retried after the lease would have gone stale; a cancelled run ends
 quietly; a run past the task's soft time limit is recorded as ``error``.
 Heartbeats, health checks and the run lease live in ``worker/heartbeat.py``.
+
+``build_ahead`` (queue ``build``) builds a bisection's next commits into the
+environment cache (``worker/prebuild.py``); it is an optimisation, so it never
+retries and never fails: whatever goes wrong is logged and the step builds itself.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 
 from celery import Task
@@ -19,10 +24,13 @@ from sqlalchemy.exc import OperationalError
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.session import session_factory
 from kernelwatch.jobs.errors import InfrastructureError
-from kernelwatch.jobs.planning.broker import EXECUTE_RUN, make_celery
+from kernelwatch.jobs.planning.broker import BUILD_AHEAD, EXECUTE_RUN, make_celery
 from kernelwatch.worker import fleetconfig
 from kernelwatch.worker.executor import abandon, execute
 from kernelwatch.worker.heartbeat import Heartbeats, RunCancelled, RunLeased, kill_children
+from kernelwatch.worker.prebuild import build_ahead_of
+
+log = logging.getLogger(__name__)
 
 settings = get_settings()
 fleet = fleetconfig.FleetConfig.from_settings(settings)
@@ -57,3 +65,16 @@ def execute_run(self: Task, run_id: int) -> str:
             run_id,
             f"task exceeded its time limit of {fleet.soft_time_limit_s:.0f} s",
         )
+
+
+@app.task(name=BUILD_AHEAD)  # type: ignore[untyped-decorator]
+def build_ahead(bisection_id: int, sha: str, depth: int) -> str:
+    try:
+        return build_ahead_of(session_factory(), settings, bisection_id, sha, depth)
+    except SoftTimeLimitExceeded:
+        kill_children()
+        log.warning("build-ahead of %s exceeded the task's time limit", sha[:12])
+        return "error"
+    except Exception:  # the database or the sandbox: the step run meets it on its own
+        log.exception("build-ahead of %s for bisection %s failed", sha[:12], bisection_id)
+        return "error"

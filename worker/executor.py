@@ -174,16 +174,38 @@ def _commit_env(
     options: RunOptions,
     trigger: str,
 ) -> tuple[venvs.Env, repoconfig.InstallRecipe]:
+    """Build (or reuse) the environment of ``sha`` for a run (:func:`commit_env`), and
+    say in the run's build log which it was."""
+    env, recipe = commit_env(settings, mirror, sha, install, options.profile, trigger)
+    what = "cached environment" if env.cached else f"built in {env.seconds:.0f} s"
+    _append_log(
+        factory,
+        run_id,
+        (env.log or "") + f"{sha[:12]}: {what} ({recipe.profile} profile) at {env.path}\n",
+    )
+    return env, recipe
+
+
+def commit_env(
+    settings: Settings,
+    mirror: Mirror,
+    sha: str,
+    install: repoconfig.InstallRecipe,
+    profile: str | None,
+    trigger: str,
+) -> tuple[venvs.Env, repoconfig.InstallRecipe]:
     """Build (or reuse) the environment of ``sha`` with its ``[install]`` recipe (``install``,
     from that commit's ``.kernelwatch.toml``, read once by the caller).
 
-    The build profile is the run's ``profile`` option, else the one the recipe maps
+    The build profile is ``profile`` (a run's option), else the one the recipe maps
     the trigger to (``profile_for``: e.g. a trimmed FA3 build for PRs, the full one
     nightly). Environments are cached per (commit, recipe, toolchain) with an LRU
     size limit and file locks (``worker/venvs.py``); compiles go through ccache;
-    submodules come from the server's mirrors (``KW_SUBMODULE_MIRRORS``).
+    submodules come from the server's mirrors (``KW_SUBMODULE_MIRRORS``). A run and a
+    bisection's build-ahead (``worker/prebuild.py``) both build here, so the second
+    of them to ask for an entry finds it.
     """
-    recipe = recipes.recipe_set(install).select(options.profile, trigger)
+    recipe = recipes.recipe_set(install).select(profile, trigger)
     cache = venvs.EnvCache(settings.data_dir / "venvs", venvs.probe_toolchain())
     try:
         env = cache.commit_env(
@@ -195,12 +217,6 @@ def _commit_env(
         )
     except InstallError as exc:
         raise InstallError(f"install failed ({recipe.profile} profile): {exc}", exc.log) from exc
-    what = "cached environment" if env.cached else f"built in {env.seconds:.0f} s"
-    _append_log(
-        factory,
-        run_id,
-        (env.log or "") + f"{sha[:12]}: {what} ({recipe.profile} profile) at {env.path}\n",
-    )
     return env, recipe
 
 

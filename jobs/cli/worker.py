@@ -14,7 +14,11 @@ NAME = "worker"
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w = sub.add_parser(NAME, help="Celery worker(s)")
-    w.add_argument("--queues", help="comma-separated queues (default: this machine's class)")
+    w.add_argument(
+        "--queues",
+        help="comma-separated queues (default: this machine's class; 'build' for a CPU "
+        "worker that builds bisection steps ahead)",
+    )
     w.add_argument(
         "--concurrency", type=int, default=1, help="tasks at a time (default 1: one per GPU)"
     )

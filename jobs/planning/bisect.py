@@ -35,7 +35,7 @@ with ``not_found`` before the next step would start; so does ``max_steps``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -203,6 +203,63 @@ def next_action(
         segment = _Segment(c)  # a second step lies after the first culprit
 
 
+def upcoming(
+    last: int,
+    steps: Sequence[Step],
+    limits: Limits = Limits(),
+    *,
+    establish: bool = False,
+    depth: int = 2,
+) -> list[int]:
+    """The commits the search may measure within the next ``depth`` steps, nearest first.
+
+    Why: a step's build (FlashAttention-3: ~100 s) otherwise runs on the GPU that then
+    measures it; knowing which commits can come next lets idle CPU workers build them
+    ahead (``build_ahead.py``). Both outcomes of the step in flight (``steps``' one with
+    no outcome; none in flight: the step :func:`next_action` would plan now) are
+    assumed in turn, good and bad, and each hypothetical step's outcomes again, down to
+    ``depth`` steps; a skip is not explored (its neighbour is one more build, then).
+    Returned are each hypothetical step's commit and its ``against`` build, level by
+    level, without duplicates and without commits ``steps`` already measure (those are
+    built, or being built by their own run). ``depth`` 0: nothing.
+    """
+    known = {i for s in steps for i in (s.index, s.against)}
+    out: list[int] = []
+    level: list[list[Step]] = [list(steps)]
+    for _ in range(depth):
+        following: list[list[Step]] = []
+        for state in level:
+            for measure, after in _next_steps(last, state, limits, establish):
+                following.append(after)
+                for i in (measure.index, measure.against):
+                    if i not in known:
+                        known.add(i)
+                        out.append(i)
+        level = following
+    return out
+
+
+def _next_steps(
+    last: int, steps: Sequence[Step], limits: Limits, establish: bool
+) -> list[tuple[Measure, list[Step]]]:
+    """The steps that can follow ``steps``: one per outcome of the step in flight, each
+    with the history it leaves (that step resolved, the new one in flight)."""
+    pending = [k for k, s in enumerate(steps) if s.outcome is None]
+    if not pending:
+        histories = [list(steps)]
+    else:
+        histories = [
+            [replace(s, outcome=o) if k in pending else s for k, s in enumerate(steps)]
+            for o in (Outcome.GOOD, Outcome.BAD)
+        ]
+    out: list[tuple[Measure, list[Step]]] = []
+    for h in histories:
+        action = next_action(last, h, limits, establish=establish)
+        if isinstance(action, Measure):
+            out.append((action, [*h, Step(action.index, action.against, action.purpose)]))
+    return out
+
+
 def _limited(
     action: Measure, steps: Sequence[Step], limits: Limits, culprits: Sequence[int] = ()
 ) -> Action:
@@ -229,4 +286,5 @@ __all__ = [
     "Wait",
     "next_action",
     "probe",
+    "upcoming",
 ]

@@ -41,6 +41,7 @@ from kernelwatch.db.store import get_or_create_repository
 from kernelwatch.jobs.errors import CommitNotFound, ConfigError, KernelwatchError
 from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror, git, repository_name
+from kernelwatch.jobs.planning import build_ahead
 from kernelwatch.jobs.planning.bisect import (
     Done,
     Limits,
@@ -121,7 +122,7 @@ def first_parent_commits(mirror: Mirror, good: str, bad: str) -> list[str]:
             f"{good[:12]} is not on the first-parent line of {bad[:12]} (give a good commit "
             "of the branch's own history)"
         )
-    _require_main_history(mirror, bad)
+    require_main_history(mirror, bad)
     return [good, *between]
 
 
@@ -149,8 +150,11 @@ def build_key(mirror: Mirror, sha: str, paths: Sequence[str]) -> str:
     return "\n".join(sorted(listing.splitlines()))
 
 
-def _require_main_history(mirror: Mirror, bad: str) -> None:
-    """Refuse commits that are not on the default branch (fork code needs approval)."""
+def require_main_history(mirror: Mirror, bad: str) -> None:
+    """Refuse commits that are not on the default branch (fork code needs approval).
+
+    Also the build worker's check before a build-ahead (``worker/prebuild.py``).
+    """
     for branch in ("main", "master"):
         try:
             head = mirror.resolve(branch)
@@ -188,10 +192,7 @@ def advance(
                 return row.status
         _collect(session, row)
         action = next_action(
-            len(row.commits) - 1,
-            [_as_step(row, s) for s in row.steps],
-            Limits(row.gpu_seconds, row.budget_s),
-            establish=row.establish,
+            len(row.commits) - 1, search_steps(row), _limits(row), establish=row.establish
         )
         if isinstance(action, Wait):
             return row.status
@@ -202,11 +203,13 @@ def advance(
         sha, against = row.commits[action.index], row.commits[action.against]
         step_req = _step_request(row, sha, against)
         position = len(row.steps)
+    broker_up = app is not None
     try:
         planned = plan(factory, settings, app, step_req)
         error = ""
     except BrokerUnavailable as exc:
         planned, error = exc.planned, ""  # committed: the reconciler sends it
+        broker_up = False
     except KernelwatchError as exc:
         planned, error = [], f"step {sha[:12]} could not be planned: {exc}"
     run_id = next((p.id for p in planned if p.commit == sha), None)
@@ -228,7 +231,21 @@ def advance(
                 run_id=run_id,
             )
         )
-        return row.status
+        depth = settings.bisect_build_ahead if broker_up else 0
+        planned_now = Step(action.index, action.against, action.purpose)
+        ahead = _builds_due(row, [*search_steps(row), planned_now], depth)
+        status = row.status
+    if app is not None and ahead:  # after the commit: the build worker reads the step
+        build_ahead.send(app, bisection_id, ahead, depth)
+    return status
+
+
+def _builds_due(row: Bisection, steps: list[Step], depth: int) -> list[str]:
+    """The shas to build ahead now that ``steps[-1]`` is planned (``build_ahead.due``)."""
+    due = build_ahead.due(
+        len(row.commits) - 1, steps, _limits(row), establish=row.establish, depth=depth
+    )
+    return [row.commits[i] for i in due]
 
 
 def advance_all(
@@ -386,6 +403,21 @@ def _held_seconds(run: Run) -> float:
     return max((end - start).total_seconds(), 0.0)
 
 
+def search_steps(row: Bisection) -> list[Step]:
+    """The bisection's stored steps as the search (``bisect.py``) sees them."""
+    return [_as_step(row, s) for s in row.steps]
+
+
+def step_build(row: Bisection) -> tuple[str | None, str]:
+    """The build profile option and trigger of the bisection's step runs: what a
+    build-ahead must build with to be the entry the step's run then finds."""
+    return _step_request(row, row.bad_sha, row.good_sha).run_options.profile, TRIGGER
+
+
+def _limits(row: Bisection) -> Limits:
+    return Limits(row.gpu_seconds, row.budget_s)
+
+
 def _as_step(row: Bisection, s: BisectionStep) -> Step:
     index = {sha: i for i, sha in enumerate(row.commits)}
     return Step(
@@ -477,7 +509,10 @@ __all__: Sequence[str] = [
     "first_parent_commits",
     "judge_step",
     "matches",
+    "require_main_history",
+    "search_steps",
     "start",
+    "step_build",
     "summary",
     "wait",
 ]

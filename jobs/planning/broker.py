@@ -16,6 +16,7 @@ from celery import Celery
 from kernelwatch.db.config import Settings, get_settings
 
 EXECUTE_RUN = "kernelwatch.execute_run"
+BUILD_AHEAD = "kernelwatch.build_ahead"
 PRIORITY = {
     "pull_request": 9,
     "gate": 9,
@@ -128,4 +129,19 @@ def enqueue_run(app: Celery, run_id: int, queue: str, trigger: str = "manual") -
         queue=queue,
         priority=PRIORITY.get(trigger, 5),
         task_id=f"kw-run-{run_id}",  # addressable by revoke and Flower (jobs/planning/cancel.py)
+    )
+
+
+def enqueue_build(app: Celery, queue: str, bisection_id: int, sha: str, depth: int) -> None:
+    """Send one build-ahead of a bisection's commit (``jobs/planning/build_ahead.py``).
+
+    No publish retries: a broker that is down fails this at once, and the bisection
+    goes on without the build (the step's own run builds it then).
+    """
+    app.send_task(
+        BUILD_AHEAD,
+        args=[bisection_id, sha, depth],
+        queue=queue,
+        retry=False,
+        task_id=f"kw-build-{bisection_id}-{sha[:12]}",
     )

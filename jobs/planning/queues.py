@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from kernelwatch.kernels.devclass import local_device_class, local_gpu_names
 
+# Builds ahead of a bisection's steps (``build_ahead.py``): CPU work only, consumed by
+# ``kernelwatch worker --queues build`` on machines sharing the GPU workers' data dir.
+# No GPU worker consumes it unless told to: a GPU's worker keeps to its ``gpu.<class>``.
+BUILD_QUEUE = "build"
+
 
 def queue_for(device_cls: str, gpus: int = 1) -> str:
     """design.md: one queue per GPU class, ``gpu.<class>``; ``cpu`` without a GPU.
@@ -26,4 +31,4 @@ def queue_for(device_cls: str, gpus: int = 1) -> str:
     return f"gpu.{device_cls}" if gpus == 1 else f"gpu.{device_cls}.x{gpus}"
 
 
-__all__ = ["local_device_class", "local_gpu_names", "queue_for"]
+__all__ = ["BUILD_QUEUE", "local_device_class", "local_gpu_names", "queue_for"]

@@ -21,6 +21,7 @@ from kernelwatch.jobs.planning.bisect import (
     Wait,
     next_action,
     probe,
+    upcoming,
 )
 
 
@@ -147,3 +148,57 @@ def test_only_commits_that_change_the_build_inputs_are_searched() -> None:
     assert distinct_builds(["a", "b"]) == [0, 1]
     assert distinct_builds(["a", "a"]) == [0, 1]  # bad is always kept: the user named it
     assert distinct_builds([]) == []
+
+
+# ------------------------------------------------------------------- builds ahead
+
+
+def test_upcoming_explores_both_outcomes_of_each_step_nearest_first() -> None:
+    flight = [Step(63, 0, Purpose.ESTABLISH)]
+    # establish good: nothing to find; bad: the middle; then either half's middle
+    assert upcoming(63, flight, establish=True, depth=1) == [31]
+    assert upcoming(63, flight, establish=True, depth=2) == [31, 47, 15]
+    assert upcoming(63, flight, establish=True, depth=3) == [31, 47, 15, 55, 39, 23, 7]
+    assert upcoming(63, flight, establish=True, depth=0) == []
+    # nothing in flight: the step next_action plans now comes first
+    assert upcoming(63, [], depth=1) == [31, 0]
+    assert upcoming(63, [], depth=2) == [31, 0, 47, 15]
+
+
+def test_upcoming_leaves_out_what_the_steps_measure_and_the_ends_of_the_search() -> None:
+    # 39 good, 41 bad, 40 in flight: either way the culprit and its parent are built
+    steps = [
+        Step(31, 0, Purpose.SEARCH, Outcome.GOOD),
+        Step(47, 0, Purpose.SEARCH, Outcome.BAD),
+        Step(39, 0, Purpose.SEARCH, Outcome.GOOD),
+        Step(43, 0, Purpose.SEARCH, Outcome.BAD),
+        Step(41, 0, Purpose.SEARCH, Outcome.BAD),
+        Step(40, 0, Purpose.SEARCH),
+    ]
+    # good: confirm 41 against 40, bad: confirm 40 against 39 (all built); then the
+    # residual measures bad, not built yet (no establish step here)
+    assert upcoming(63, steps, depth=2) == [63]
+    spent = Limits(spent_s=100.0, budget_s=50.0)
+    assert upcoming(63, steps[:2] + [Step(39, 0, Purpose.SEARCH)], spent, depth=2) == []
+    assert upcoming(63, steps[:2] + [Step(39, 0, Purpose.SEARCH)], Limits(max_steps=3)) == []
+
+
+@pytest.mark.parametrize("culprit", [1, 17, 31, 32, 41, 62, 63])
+@pytest.mark.parametrize("broken", [frozenset(), frozenset({31})])
+def test_every_new_build_of_a_search_was_upcoming_one_step_before(
+    culprit: int, broken: frozenset[int]
+) -> None:
+    done, steps = simulate(64, history(64, {culprit: 3.0}), broken, establish=True)
+    assert done.status in ("found", "not_found")
+    for k in range(1, len(steps)):
+        before = [
+            *steps[: k - 1],
+            Step(steps[k - 1].index, steps[k - 1].against, steps[k - 1].purpose),
+        ]
+        built = {i for s in before for i in (s.index, s.against)}
+        ahead = upcoming(63, before, establish=True, depth=1)
+        assert len(ahead) == len(set(ahead)) and not built & set(ahead)
+        new = {steps[k].index, steps[k].against} - built
+        if steps[k - 1].outcome == Outcome.SKIP:
+            continue  # a skip is not explored: its neighbour is built by its own step
+        assert new <= set(ahead), (k, steps[k], ahead)
