@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, CommitParent, Repository, Result, Run
-from kernelwatch.kernels.record import SCHEMA_VERSION, ResultRecord
+from kernelwatch.kernels.record import SCHEMA_VERSION, ResultRecord, case_label
 
 
 def source_suffix(source: str) -> str:
@@ -95,7 +95,7 @@ def upsert_commit(
 def get_or_create_case(session: Session, record: ResultRecord) -> Case:
     case = session.get(Case, record.case_id)
     if case is None:
-        label = ", ".join(f"{k}={v}" for k, v in sorted(record.params.items()))
+        label = case_label(record.params)
         case = Case(
             id=record.case_id,
             suite=record.suite,

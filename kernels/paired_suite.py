@@ -79,6 +79,7 @@ from kernelwatch.kernels.record import (
     case_id,
 )
 from kernelwatch.kernels.runner import (
+    CASE_HELP,
     blank_record,
     checked_case,
     random_seed,
@@ -190,6 +191,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="JSON-lines file ('-' for stdout)")
     p.add_argument("--kernel", action="append", default=None)
     p.add_argument("--skip-case", action="append", default=[])
+    p.add_argument("--case", default="", help=CASE_HELP)
     p.add_argument("--min-effect", type=float, default=PairedConfig.min_effect)
     p.add_argument("--confidence", type=float, default=PairedConfig.confidence)
     p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
@@ -270,7 +272,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         library, baseline_library = json.loads(args.library), json.loads(args.baseline_library)
         for suite, spec, cid in selected_cases(
-            args.suite, size, device, backend, args.kernel, args.skip_case
+            args.suite, size, device, backend, args.kernel, args.skip_case, args.case
         ):
             params = {"suite": suite, "size": size, "case_id": cid, "impl": args.impl,
                       "backend": backend}  # fmt: skip

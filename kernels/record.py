@@ -40,6 +40,12 @@ def canonical_params(params: CaseParams) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def case_label(params: Mapping[str, Any]) -> str:
+    """A case's readable label, ``k=v`` by sorted key: what ``Case.label`` stores and what a
+    bisection's or a threshold rule's case pattern is matched against."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
 def case_id(kernel: str, backend: str, params: CaseParams) -> str:
     """Stable id of a case: the first 16 hex digits of sha256(kernel|backend|params)."""
     text = f"{kernel}|{backend}|{canonical_params(params)}"

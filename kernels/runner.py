@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import torch
 
 from kernelwatch.kernels.adapters import Unavailable, build_profile_skips
+from kernelwatch.kernels.casepattern import matches, names_of
 from kernelwatch.kernels.correctness import check, compute_dtype, poison_
 from kernelwatch.kernels.device import describe_device, describe_environment, pin_cpu_threads
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
@@ -33,6 +34,10 @@ from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_nam
 from kernelwatch.kernels.timing import TimerConfig, measure
 
 CASE_MARKER = "KW-CASE-START"
+CASE_HELP = (
+    "only the cases matching this pattern: comma-separated globs over the kernel, "
+    "'kernel label' (k=v by key) and the case id (kernels/casepattern.py)"
+)
 BUILTIN_IMPL = "kernelwatch.kernels.triton_kernels"
 
 
@@ -51,6 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="cpu or cuda[:N]; default cuda if available")
     p.add_argument("--kernel", action="append", default=None, help="only these kernels")
     p.add_argument("--skip-case", action="append", default=[], help="case ids to skip")
+    p.add_argument("--case", default="", help=CASE_HELP)
     p.add_argument("--budget", type=float, default=None, help="sampling seconds per case")
     p.add_argument("--target", type=float, default=0.005, help="relative CI half-width target")
     p.add_argument("--warm-l2", action="store_true", help="do not flush L2 between samples")
@@ -106,7 +112,7 @@ def bench(args: argparse.Namespace) -> list[ResultRecord]:
         env_info = describe_environment()
         peaks = _peaks(device, dev_info, args.no_peaks)
         for suite, spec, cid in selected_cases(
-            args.suite or ["basic"], size, device, backend, args.kernel, args.skip_case
+            args.suite or ["basic"], size, device, backend, args.kernel, args.skip_case, args.case
         ):
             record = run_case(spec, suite, cid, backend, impl, device, config)
             if record.throughput is not None and peaks:
@@ -205,8 +211,11 @@ def selected_cases(
     backend: str,
     kernels: Sequence[str] | None,
     skip: Sequence[str],
+    pattern: str = "",
 ) -> Iterator[tuple[str, CaseSpec, str]]:
     """(suite, spec, case id) of every case to run, announced on stderr first.
+
+    ``pattern``: a case pattern (``kernels/casepattern.py``); empty selects every case.
 
     The ``KW-CASE-START`` marker names the case a crash or hang belongs to
     (``worker/suite_process.py``); the runner and the paired coordinator share it.
@@ -216,7 +225,7 @@ def selected_cases(
             if kernels and spec.kernel not in kernels:
                 continue
             cid = case_id(spec.kernel, backend, spec.params)
-            if cid in skip:
+            if cid in skip or not matches(names_of(spec.kernel, spec.params, cid), pattern):
                 continue
             params = json.dumps(spec.params, sort_keys=True)
             print(f"{CASE_MARKER} {cid} {spec.kernel} {params}", file=sys.stderr, flush=True)

@@ -223,7 +223,9 @@ def commit_env(
 # Runner options the paired coordinator understands too (others concern one side only).
 # Re-measures and the confirmation run in fresh side processes by default
 # (bench-paired's ``--reuse-sides`` opts out); ``--seed`` repeats a run's inputs.
-_PAIRED_PASSTHROUGH = ("--size", "--kernel", "--budget", "--pairs", "--retries", "--seed")
+_PAIRED_PASSTHROUGH = (
+    "--size", "--kernel", "--case", "--budget", "--pairs", "--retries", "--seed"
+)  # fmt: skip
 
 
 def _paired_request(

@@ -38,6 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from kernelwatch.kernels.casepattern import case_names, matches
+from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict
+
 
 class Outcome(StrEnum):
     GOOD = "good"
@@ -108,6 +111,49 @@ class Limits:
 class _Segment:
     good: int
     outcomes: dict[int, Outcome] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What judging a step needs of one case's result, from a stored row or a paired record.
+
+    names: what the case pattern is matched against (the kernel, "kernel label", the
+    case id). status: the record's status (``skip`` leaves the case out). verdict: the
+    case verdict word, None when none was given. ratio: candidate over baseline time.
+    """
+
+    names: tuple[str, ...]
+    status: str
+    verdict: str | None
+    ratio: float | None = None
+
+
+def judge(cases: Sequence[CaseResult], pattern: str) -> tuple[Outcome, str, int | None]:
+    """A finished step's cases as good, bad or skip, the word shown, and the worst case.
+
+    Bad: a matching case is blocking (regression, ``less_accurate``, broken); the index
+    of the worst one is returned. Skip: no case matched, or every matching case errored
+    (a suite that cannot run says nothing about the change). Good otherwise: unchanged,
+    improvement or inconclusive (an inconclusive step is not evidence of the change the
+    bisection follows, which was blocking where it was found). A step whose run did not
+    build or errored is a skip before its cases are looked at (the driver's part).
+    """
+    matching = [i for i, c in enumerate(cases) if c.status != "skip" and matches(c.names, pattern)]
+    if not matching:
+        return Outcome.SKIP, "no case", None
+    blocking = [i for i in matching if cases[i].verdict in BLOCKING]
+    if blocking:
+        worst = min(blocking, key=lambda i: (_rank(cases[i].verdict), -(cases[i].ratio or 0.0)))
+        return Outcome.BAD, str(cases[worst].verdict), worst
+    if all(cases[i].verdict == CaseVerdict.ERROR for i in matching):
+        return Outcome.SKIP, CaseVerdict.ERROR.value, None
+    shown = min(matching, key=lambda i: _rank(cases[i].verdict))
+    return Outcome.GOOD, str(cases[shown].verdict or CaseVerdict.UNCHANGED.value), None
+
+
+def _rank(verdict: str | None) -> int:
+    order = [v.value for v in ORDER]
+    return order.index(verdict) if verdict in order else len(order)
 
 
 def distinct_builds(keys: Sequence[str]) -> list[int]:
@@ -277,6 +323,7 @@ def _limited(
 
 __all__ = [
     "Action",
+    "CaseResult",
     "Done",
     "Limits",
     "Measure",
@@ -284,6 +331,9 @@ __all__ = [
     "Purpose",
     "Step",
     "Wait",
+    "case_names",
+    "judge",
+    "matches",
     "next_action",
     "probe",
     "upcoming",

@@ -21,7 +21,6 @@ approval that the PR path asks for).
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import threading
 import time
@@ -43,6 +42,7 @@ from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror, git, repository_name
 from kernelwatch.jobs.planning import build_ahead
 from kernelwatch.jobs.planning.bisect import (
+    CaseResult,
     Done,
     Limits,
     Measure,
@@ -50,11 +50,12 @@ from kernelwatch.jobs.planning.bisect import (
     Purpose,
     Step,
     Wait,
+    case_names,
     distinct_builds,
+    judge,
     next_action,
 )
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, RunRequest, plan
-from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +329,11 @@ def _step_request(row: Bisection, sha: str, against: str) -> RunRequest:
         options={
             "paired": True,
             "suites_explicit": bool(row.suites),  # none given: the commit's own file says
-            "bench_args": list(row.bench_args),
+            # only the cases the bisection follows are measured (kernels/casepattern.py)
+            "bench_args": [
+                *row.bench_args,
+                *(["--case", row.case_pattern] if row.case_pattern else []),
+            ],
             "bisection_id": row.id,
         },
     )
@@ -354,42 +359,23 @@ def _collect(session: Session, row: Bisection) -> None:
 def judge_step(session: Session, run: Run, pattern: str) -> tuple[Outcome, str, Result | None]:
     """A finished step run as good, bad or skip, the word shown, and its worst case.
 
-    Bad: a matching case is blocking (regression, ``less_accurate``, broken). Skip:
-    the run did not build or errored, no case matched, or every matching case
-    errored (a suite that cannot run says nothing about the change). Good otherwise:
-    unchanged, improvement or inconclusive (an inconclusive step is not evidence of
-    the change the bisection follows, which was blocking where it was found).
+    A run that did not succeed (it did not build, or errored) is a skip; otherwise its
+    results are judged by :func:`bisect.judge`, the rule a device-side bisection uses too.
     """
     if run.status != "succeeded":
         return Outcome.SKIP, run.status, None
-    results = [r for r in session.scalars(select(Result).where(Result.run_id == run.id))]
-    matching = [r for r in results if matches(r, pattern) and r.status != "skip"]
-    if not matching:
-        return Outcome.SKIP, "no case", None
-    blocking = [r for r in matching if r.verdict in BLOCKING]
-    if blocking:
-        worst = min(blocking, key=lambda r: (_rank(r.verdict), -(r.ratio or 0.0)))
-        return Outcome.BAD, str(worst.verdict), worst
-    if all(r.verdict == CaseVerdict.ERROR for r in matching):
-        return Outcome.SKIP, CaseVerdict.ERROR.value, None
-    shown = min(matching, key=lambda r: _rank(r.verdict))
-    return Outcome.GOOD, str(shown.verdict or CaseVerdict.UNCHANGED.value), None
+    results = list(session.scalars(select(Result).where(Result.run_id == run.id)))
+    cases = [_case_result(r) for r in results]
+    outcome, word, worst = judge(cases, pattern)
+    return outcome, word, results[worst] if worst is not None else None
 
 
-def matches(result: Result, pattern: str) -> bool:
-    """Whether a result is one of the bisection's cases (``db/bisect.py``: case_pattern)."""
-    pats = [p.strip() for p in pattern.split(",") if p.strip()]
-    if not pats:
-        return True
+def _case_result(result: Result) -> CaseResult:
     kernel = str((result.record or {}).get("kernel", ""))
     label = result.case.label if result.case is not None else ""
-    names = (kernel, f"{kernel} {label}".strip(), result.case_id)
-    return any(fnmatch.fnmatchcase(n, p) for p in pats for n in names)
-
-
-def _rank(verdict: str | None) -> int:
-    order = [v.value for v in ORDER]
-    return order.index(verdict) if verdict in order else len(order)
+    return CaseResult(
+        case_names(kernel, label, result.case_id), result.status, result.verdict, result.ratio
+    )
 
 
 def _held_seconds(run: Run) -> float:
@@ -508,7 +494,6 @@ __all__: Sequence[str] = [
     "cancel",
     "first_parent_commits",
     "judge_step",
-    "matches",
     "require_main_history",
     "search_steps",
     "start",

@@ -122,6 +122,8 @@ def test_the_culprit_is_named_the_broken_build_skipped_and_the_gate_left_alone(
         assert summary["gpu_seconds"] == pytest.approx(30.0 * len(steps))
         step_run = s.get(Run, row.steps[1].run_id)
         assert step_run is not None and step_run.options.bisection_id == bid
+        # only the bisection's cases are measured: the runner gets its pattern
+        assert step_run.options.bench_args[-2:] == ["--case", "soft*"]
         # step runs never decide a commit's gate result
         assert runs_of_commit(s, [row.repository_id], shas[CULPRIT]) == []
         # ``show`` of a step run names its bisection
