@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwatch.jobs.planning.dataset import DatasetRun, Manifest, load_manifest
-from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.kernels.record import PairedSection, ResultRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "docs" / "data" / "h200-dataset.toml"
@@ -188,10 +188,80 @@ def dataset_index(data: Dataset) -> str:
     return _table(header, rows)
 
 
+BISECTION_STEPS = (
+    ("establish", "h200-2026-12-01-s21/call1/step0_3e87e421_vs_16c7f0f6.jsonl"),
+    ("search", "h200-2026-12-01-s21/call1/step1_59df2f9b_vs_16c7f0f6.jsonl"),
+    ("search", "h200-2026-12-01-s21/call1/step2_3effce82_vs_16c7f0f6.jsonl"),
+    ("confirm", "h200-2026-12-01-s21/call2/step3_59df2f9b_vs_3effce82.jsonl"),
+    ("residual", "h200-2026-12-01-s21/call2/step4_3e87e421_vs_59df2f9b.jsonl"),
+)
+
+
+def _interval(s: PairedSection) -> str:
+    level = f" ({(s.confidence or 0) * 100:.0f} %)" if s.confidence else ""
+    return f"[{s.ci_low:.3f}, {s.ci_high:.3f}]{level}" if s.ci_low and s.ci_high else "—"
+
+
+def fa3_bisection(data: Dataset, steps: Sequence[tuple[str, str]] = BISECTION_STEPS) -> str:
+    """The FA3 bisection's steps, one paired run each (``benchmarks/gpu/bisect.py``)."""
+    rows = []
+    for purpose, file in steps:
+        row = data.run(file)
+        for r in data.records[file]:
+            s = r.paired
+            if s is None:
+                continue
+            rows.append(
+                [
+                    purpose,
+                    f"{_short(row.commit)} vs {_short(row.parent or '')}",
+                    _us(s.baseline_median),
+                    _us(s.candidate_median),
+                    f"{s.ratio:.3f}" if s.ratio else "—",
+                    _interval(s),
+                    f"{len(s.group_ratios)}",
+                    str(s.verdict),
+                ]
+            )
+    header = ["step", "commit vs build", "median, build", "median, commit", "ratio",
+              "interval", "groups", "verdict"]  # fmt: skip
+    return _table(header, rows)
+
+
+def fa2_versions(
+    data: Dataset,
+    paired: str = "h200-2026-12-01-s21/call4/fa2_paired.jsonl",
+    alone: str = "h200-2026-12-01-s21/call4/fa2_060c9188_bench.jsonl",
+) -> str:
+    """FA2 (flash-attn) v2.8.3 against v2.8.2, paired, beside v2.8.3 benched alone."""
+    later = {r.case_id: r for r in data.records[alone]}
+    rows = []
+    for r in data.records[paired]:
+        s, c = r.paired, later.get(r.case_id)
+        if s is None:
+            continue
+        tflops = c.throughput.tflops if c is not None and c.throughput else None
+        rows.append(
+            [
+                _prefill_case(r) + f", {r.params.get('dtype')}",
+                f"{s.ratio:.4f}" if s.ratio else "—",
+                _interval(s),
+                str(s.verdict),
+                _us(c.timing.median if c is not None and c.timing else None),
+                f"{tflops:.0f}" if tflops else "—",
+            ]
+        )
+    header = ["case", "ratio v2.8.3 / v2.8.2", "interval", "verdict", "v2.8.3 alone",
+              "TFLOP/s"]  # fmt: skip
+    return _table(header, rows)
+
+
 TABLES: dict[str, Callable[[Dataset], str]] = {
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,
+    "fa3-bisection": fa3_bisection,
+    "fa2-versions": fa2_versions,
     "dataset": dataset_index,
 }
 

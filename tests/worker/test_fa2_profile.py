@@ -209,3 +209,8 @@ def test_ccache_is_kept_inside_the_environment_cache(
     assert env["CCACHE_BASEDIR"] == str(root / "entries")  # two entries' paths hash alike
     nvcc = env["PYTORCH_NVCC"].split()
     assert nvcc[0] == str(bin_dir / "ccache") and nvcc[1].endswith("nvcc")
+    # the trimmed profile's -D flags reach nvcc through NVCC_APPEND_FLAGS, which ccache
+    # does not hash: its objects live in a namespace of their own
+    assert "FLASHATTENTION_DISABLE_DROPOUT" in _trimmed().env["NVCC_APPEND_FLAGS"]
+    full = ccache_env(root, {k: v for k, v in _trimmed().env.items() if k != "NVCC_APPEND_FLAGS"})
+    assert env["CCACHE_NAMESPACE"] and env["CCACHE_NAMESPACE"] != full.get("CCACHE_NAMESPACE")

@@ -21,6 +21,9 @@ MANIFEST = DATA / "h200-dataset.toml"
 FA3_A = "16c7f0f647db325506691e0810114ef198df0d0a"
 FA3_B = "3e87e421f898c6919fa417d00e5afcec5909debe"
 FA3_C = "c75d019dea9d910312974417bc28f190dfdda6d9"
+FA3_CULPRIT = "59df2f9bdf029f8e837ca79e1c0fe8c5d32dea25"
+FA2_V283 = "060c9188beec3a8b62b33a3bfa6d5d2d44975fab"
+RUNS = 11
 
 
 def _record_files() -> set[str]:
@@ -45,17 +48,17 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: 
     out = run_cli("import", str(MANIFEST), "--json", env=env)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["runs"]
-    assert [r["created"] for r in rows] == [True] * 4
+    assert [r["created"] for r in rows] == [True] * RUNS
     factory = sessionmaker(bind=make_engine(url))
     with factory() as s:
         runs = s.scalars(select(Run).order_by(Run.id)).all()
-        assert len(runs) == 4 and {r.trigger for r in runs} == {"import"}
-        assert [len(r.results) for r in runs] == [16, 16, 6, 6]
+        assert len(runs) == RUNS and {r.trigger for r in runs} == {"import"}
+        assert [len(r.results) for r in runs] == [16, 16, 6, 6, 1, 1, 1, 1, 1, 4, 6]
         # measured dates, not the day of the import
         assert [r.created.date().isoformat() for r in runs] == [
-            "2026-11-29", "2026-11-29", "2026-11-30", "2026-11-30",
+            "2026-11-29", "2026-11-29", "2026-11-30", "2026-11-30", *["2026-12-01"] * 7,
         ]  # fmt: skip
-        by_sha = {r.commit.sha: r for r in runs}
+        by_sha = {r.commit.sha: r for r in runs[:4]}
         # FA3's commits carry their own dates and are in history order
         fa3 = s.scalars(
             select(Commit).where(Commit.sha.in_([FA3_A, FA3_B, FA3_C])).order_by(Commit.sequence)
@@ -89,9 +92,29 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: 
         }
     again = run_cli("import", str(MANIFEST), "--json", env=env)
     assert again.returncode == 0, again.stderr
-    assert [r["created"] for r in json.loads(again.stdout)["runs"]] == [False] * 4
+    assert [r["created"] for r in json.loads(again.stdout)["runs"]] == [False] * RUNS
     with factory() as s:
-        assert len(s.scalars(select(Run)).all()) == 4
+        assert len(s.scalars(select(Run)).all()) == RUNS
+
+
+def test_the_bisection_steps_and_fa2_versions_import_with_their_verdicts(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    assert run_cli("import", str(MANIFEST), "--json", env=env).returncode == 0
+    factory = sessionmaker(bind=make_engine(url))
+    with factory() as s:
+        runs = s.scalars(select(Run).order_by(Run.id)).all()
+        # the bisection's confirmation: 59df2f9b against its parent 3effce82, 1.68x
+        (confirm,) = [r for r in runs if r.commit.sha == FA3_CULPRIT and "step3" in
+                      str(r.options.imported_from)]  # fmt: skip
+        (hit,) = confirm.results
+        assert hit.verdict == "regression" and confirm.verdict == "fail"
+        assert hit.ratio == pytest.approx(1.680, abs=5e-4)
+        # FA2 v2.8.3 against v2.8.2 (only setup.py differs): every case unchanged
+        (fa2,) = [r for r in runs if r.commit.sha == FA2_V283 and r.options.paired]
+        assert {r.verdict for r in fa2.results} == {"unchanged"} and len(fa2.results) == 4
+        assert all(abs(r.ratio - 1.0) < 0.002 for r in fa2.results)
 
 
 def test_a_file_measured_on_another_card_is_refused(tmp_path: Path) -> None:
