@@ -1,0 +1,143 @@
+"""Minimal reproductions of FlashInfer's two FP8 findings on Hopper (issue 15).
+
+Standalone: torch and flashinfer only, no kernelwatch. Run on an H100/H200:
+
+    python3 docs/repro/flashinfer_fp8.py            # prints one JSON object
+
+1. ``single_prefill_with_kv_cache`` on e4m3 q/k/v with per-head scales (the convention
+   of FlashInfer's own ``tests/attention/test_hopper_fp8_attention.py``: scale =
+   amax / 448 per head, x_fp8 = x / scale, ``o_dtype`` 16-bit). kernelwatch measured
+   a relative L2 error of 0.718-0.725 against an fp32 reference on the dequantized
+   inputs with 0.5.3, for GQA 8/2 and for 8/8 (2026-11-29 and 2026-12-01, H200). The
+   library's own test asserts only ``MSE < 1.0`` against its 16-bit kernel, which a
+   zero output also passes on these inputs: this script prints both MSEs beside the
+   relative error. FlashInfer #2111 (09872a1d7, 2025-12-05: "fixes the failed unittest
+   on hopper", a rewrite of the FA3 paths) is in 0.6.0 and not in 0.5.3.
+2. Paged decode with an FP8 KV cache and a 16-bit query: the same call with an fp16
+   cache, timed, per cache dtype. kernelwatch measured 487 us (1.10 TB/s) for an FP8
+   cache of 64 x 4096 tokens where the fp16 cache of the same shape moves twice the
+   bytes faster. FlashInfer #4977 (2026-09) says why: FA3 rejected a 16-bit query with
+   an FP8 cache, so ``backend="auto"`` on SM90 fell back to FA2's mixed-precision
+   kernel, "slower than FA2 with a 16-bit cache".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+
+
+def per_head_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x ``[n, h, d]`` -> (x / s in e4m3, s per head), s = amax / 448 (FlashInfer's test)."""
+    s = (x.abs().amax(dim=(0, 2)).float() / 448.0).clamp_min(1e-6)
+    return (x.float() / s.view(1, -1, 1)).clamp(-448, 448).to(FP8), s
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """fp32 attention, bottom-right causal, GQA by repeating K/V heads."""
+    group = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(q.size(-1))
+    if causal:
+        sq, sk = q.size(0), k.size(0)
+        keep = torch.arange(sk, device=q.device)[None] <= torch.arange(sq, device=q.device)[
+            :, None
+        ] + (sk - sq)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v.float())
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def prefill(fi: Any, seq: int, hq: int, hk: int, causal: bool = True) -> dict[str, object]:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(seq, h, 128, generator=g, device="cuda") for h in (hq, hk, hk))
+    (q8, sq), (k8, sk), (v8, sv) = per_head_quant(q), per_head_quant(k), per_head_quant(v)
+    deq = [x.float() * s.view(1, -1, 1) for x, s in ((q8, sq), (k8, sk), (v8, sv))]
+    ref = reference(deq[0], deq[1], deq[2], causal)
+    out = fi.single_prefill_with_kv_cache(
+        q8, k8, v8, sq, sk, sv, causal=causal, o_dtype=torch.float16
+    )
+    half = fi.single_prefill_with_kv_cache(*(x.half() for x in deq), causal=causal)
+    return {
+        "seq": seq, "heads": f"{hq}/{hk}", "causal": causal,
+        "rel_l2_fp8_vs_fp32_ref": rel_l2(out, ref),
+        "rel_l2_fp16_kernel_vs_fp32_ref": rel_l2(half, ref),
+        # FlashInfer's own test asserts this is < 1.0
+        "mse_fp8_vs_fp16_kernel": float(((out.float() - half.float()) ** 2).mean()),
+        "mse_of_a_zero_output": float((half.float() ** 2).mean()),
+    }  # fmt: skip
+
+
+def _time(fn: Callable[[], object], reps: int = 50) -> float:
+    for _ in range(5):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / reps * 1e3  # µs
+
+
+def decode(
+    fi: Any, batch: int = 64, tokens: int = 4096, hq: int = 28, hk: int = 4
+) -> dict[str, object]:
+    page, d = 16, 128
+    pages = batch * tokens // page
+    indptr = torch.arange(0, pages + 1, tokens // page, dtype=torch.int32, device="cuda")
+    indices = torch.arange(pages, dtype=torch.int32, device="cuda")
+    last = torch.full((batch,), page, dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, hq, d, dtype=torch.float16, device="cuda")
+    kv16 = torch.randn(pages, 2, page, hk, d, dtype=torch.float16, device="cuda")
+    rows = {}
+    for name, cache in (("float16", kv16), ("float8_e4m3fn", kv16.to(FP8))):
+        for tc in (False, True):
+            w = fi.BatchDecodeWithPagedKVCacheWrapper(
+                torch.zeros(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=tc
+            )
+            w.plan(
+                indptr,
+                indices,
+                last,
+                hq,
+                hk,
+                d,
+                page,
+                q_data_type=q.dtype,
+                kv_data_type=cache.dtype,
+            )
+            us = _time(partial(w.run, q, cache))
+            moved = cache.numel() * cache.element_size()
+            rows[f"{name} tensor_cores={tc}"] = {
+                "us": round(us, 1),
+                "TB/s": round(moved / us / 1e6, 2),
+            }
+    return {"batch": batch, "tokens": tokens, "heads": f"{hq}/{hk}", "times": rows}
+
+
+def main() -> None:
+    import flashinfer as fi
+
+    result = {
+        "flashinfer": fi.__version__,
+        "device": torch.cuda.get_device_name(),
+        "prefill": [prefill(fi, 4096, 8, h) for h in (8, 2)],
+        "decode": decode(fi),
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
