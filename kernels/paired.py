@@ -91,6 +91,7 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                     **samplers[0].describe(),
                     "placements": len(samplers),
                     "info": info,
+                    "device": _side_device(),
                 }
             elif cmd == "block":
                 assert samplers, "block before setup"
@@ -116,6 +117,29 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                 reply["details"] = details
         stdout.write(json.dumps(reply) + "\n")
         stdout.flush()
+
+
+_DEVICE: dict[str, Any] = {}
+
+
+def _side_device() -> dict[str, Any]:
+    """The card this side measures on (name, class, UUID, ...), described once a process.
+
+    The coordinator never opens a CUDA context of its own, so the paired record's card
+    comes from a side: history tells cards of one class apart by it (per-card offsets).
+    """
+    if not _DEVICE:
+        import torch
+
+        from kernelwatch.kernels.device import describe_device
+
+        dev = (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
+        _DEVICE.update(describe_device(dev))
+    return dict(_DEVICE)
 
 
 def _setup(
@@ -316,6 +340,7 @@ class PairedResult:
     a_blocks: list[float] = field(default_factory=list)  # block medians, seconds per call
     b_blocks: list[float] = field(default_factory=list)
     describe_b: dict[str, Any] = field(default_factory=dict)  # the candidate's sampler
+    device_b: dict[str, Any] = field(default_factory=dict)  # the candidate side's card
     # the set-up ``info`` of the first pair's sides (paired_suite: their correctness)
     info_a: dict[str, Any] = field(default_factory=dict)
     info_b: dict[str, Any] = field(default_factory=dict)
@@ -487,7 +512,8 @@ def compare(
         clocks=[c for c in block_clocks if c],
         a_blocks=a_meds,
         b_blocks=b_meds,
-        describe_b={key: v for key, v in db[0].items() if key not in ("ok", "info")},
+        describe_b={k: v for k, v in db[0].items() if k not in ("ok", "info", "device")},
+        device_b=dict(db[0].get("device") or {}),
         info_a=dict(da[0].get("info") or {}),
         info_b=dict(db[0].get("info") or {}),
         block_clocks=block_clocks,

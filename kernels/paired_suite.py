@@ -448,6 +448,7 @@ def _passed(
     record.correctness = first.candidate
     # the store reads ``reliable`` from the device section (db/store.py)
     record.device = {
+        **result.device_b,  # name, class, UUID of the card both sides ran on
         "paired_describe": result.describe_b,
         "reliable": first.reliable,
         "throttled_blocks": first.throttled_blocks,

@@ -13,8 +13,9 @@ inside ``logs.tgz``. On a machine without a GPU the same check runs on the ``cpu
 Issue 17 (one worker per GPU, several cards): ``--runs R`` submits R runs at once
 (distinct commits: none joins another) of ``--suite`` (default basic; ``noop`` for
 runs that cost only their overhead), ``--runs-per-gpu K`` makes R = K x the GPUs
-``nvidia-smi`` lists. The JSON's ``fleet`` holds runs finished / lost / duplicated
-(two result rows for one (run, case)), each run's worker and the card UUID its
+``nvidia-smi`` lists. The JSON's ``fleet`` holds runs finished / lost (no row left) /
+unfinished (still queued or running when the wait ended) / duplicated (two result rows
+for one (run, case)), each run's worker and the card UUID its
 records carry, runs per worker, throughput (runs/s from the first start to the last
 finish) and p50/p99 of queue to start (created -> started) and of start to finish.
 
@@ -132,7 +133,8 @@ def fleet_table(st: dict[str, Any]) -> list[str]:
     lines = [
         f"runs {st['planned']} ({','.join(st.get('suites') or [])}) on {st['cards']} card(s), "
         f"{st['workers_planned']} worker(s): finished {st['finished']}, succeeded "
-        f"{st['succeeded']}, lost {len(st['lost'])}, duplicated {len(st['duplicated'])}, "
+        f"{st['succeeded']}, lost {len(st['lost'])}, unfinished {len(st.get('unfinished') or {})}, "
+        f"duplicated {len(st['duplicated'])}, "
         f"attempts>1 {len(st['retried'])}",
         f"throughput {st['throughput_runs_per_s']} runs/s over {st['span_s']} s; "
         f"queue->start p50/p99 {q['p50']}/{q['p99']} s; start->finish p50/p99 "

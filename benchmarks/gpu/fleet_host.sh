@@ -506,7 +506,10 @@ def fleet_stats(db: dict, sub: dict, det: dict) -> dict:
         "card_uuids": [g.get("uuid") for g in gpus],
         "workers_planned": len(det.get("per_gpu_plan") or []),
         "finished": len(done), "succeeded": sum(r["status"] == "succeeded" for r in done),
-        "lost": [r["id"] for r in rows if r.get("status") not in FINAL],
+        # lost: planned, with no row left; unfinished: still queued or running at the end
+        # of the wait (2026-12-01: the 4th of 4 runs was queued, not lost)
+        "lost": [i for i in ids if i not in {r["id"] for r in rows}],
+        "unfinished": {str(r["id"]): r.get("status") for r in rows if r.get("status") not in FINAL},
         "duplicated": dups, "retried": [r["id"] for r in rows if (r.get("attempts") or 0) > 1],
         "results": len(res), "runs_per_worker": workers,
         "cards_used": sorted({u for r in rows for u in r.get("card_uuids") or []}),
@@ -656,7 +659,8 @@ def summary() -> None:
         lines.append(f"fleet     : {st['planned']} run(s) of {','.join(st['suites'] or [])} on "
                      f"{st['cards']} card(s), {st['workers_planned']} worker(s): finished "
                      f"{st['finished']} (succeeded {st['succeeded']}), lost {len(st['lost'])}"
-                     f"{' ' + str(st['lost']) if st['lost'] else ''}, duplicated (run, case) "
+                     f"{' ' + str(st['lost']) if st['lost'] else ''}, unfinished "
+                     f"{len(st['unfinished'])}, duplicated (run, case) "
                      f"{len(st['duplicated'])}, attempts > 1: {len(st['retried'])}")
         lines.append(f"            throughput {st['throughput_runs_per_s']} runs/s over "
                      f"{st['span_s']} s (first start to last finish); queue->start p50 "

@@ -254,6 +254,8 @@ def test_a_split_k_fork_inside_the_bound_is_less_accurate_and_confirmed(tmp_path
     assert first["seed"] == paired["seed"] == 7 and second["seed"] != 7  # new inputs
     assert second["candidate_errors"]["rel_l2"] != cand["rel_l2"]
     assert record["device"]["reliable"] is True and paired["reliable"] is True
+    # the card the sides ran on, as the runner's records name it (history's per-card key)
+    assert record["device"]["name"] == "cpu" and record["device"]["class"] == "cpu"
 
 
 def test_identical_libraries_see_identical_errors_on_the_same_seed(tmp_path: Path) -> None:
