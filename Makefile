@@ -23,11 +23,12 @@ demo: install
 
 # Two test processes (CI has 2 cores; most end-to-end tests wait on workers and
 # subprocesses); a file's tests stay together (--dist loadfile). Tests marked serial
-# (pytest-benchmark fixtures, the new-user browser session) run after, in one process.
-# PYTEST_ARGS adds more options to both.
+# (pytest-benchmark fixtures, the new-user browser session, the bisection end-to-end
+# files with their several workers) run after, in one process. --durations names the
+# slowest tests, so a CI run that grows says where. PYTEST_ARGS adds more options to both.
 test: install check
-	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS)
-	$(BIN)/pytest -m serial $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest -m serial --durations=10 $(PYTEST_ARGS)
 
 check: lint typecheck
 

@@ -129,7 +129,10 @@ def test_raising_hanging_and_crashing_candidates_each_cost_one_case(
     assert run.status == "succeeded", run.error
     res = env.results(run.id)
     assert res["softmax"].status == "error" and "exploded on purpose" in res["softmax"].error
-    assert res["rmsnorm"].status == "error" and "did not answer" in res["rmsnorm"].error
+    # the hang ends as this case's error: the side's unanswered block, or on a loaded
+    # machine the worker's per-case timer, which runs out at the same 20 s, first
+    hang = res["rmsnorm"].error or ""
+    assert res["rmsnorm"].status == "error" and ("did not answer" in hang or "timed out" in hang)
     assert res["matmul"].status == "error" and "died" in res["matmul"].error
     assert res["attention"].status == "pass", res["attention"].error  # sides restarted
     assert res["attention"].verdict in ("unchanged", "inconclusive", "improvement", "regression")

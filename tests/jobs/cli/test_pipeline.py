@@ -52,7 +52,7 @@ class Env:
         req = RunRequest(source=source, commits=commits, measure_baseline=False, options=dict(opts))
         return [p.id for p in plan(self.factory, self.settings, self.app, req)]
 
-    def wait(self, ids: list[int], timeout: float = 240) -> list[Run]:
+    def wait(self, ids: list[int], timeout: float = 420) -> list[Run]:
         assert wait_for_runs(self.factory, ids, timeout), "runs did not finish in time"
         with self.factory() as s:
             return list(s.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)))
