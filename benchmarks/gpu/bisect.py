@@ -152,23 +152,26 @@ def prior_steps(
     return steps, rows, sum(float(r.get("seconds") or 0.0) for r in rows)
 
 
-def needed_builds(commits: list[str], prior: Path | None) -> list[int]:
-    """Which commits to build: all without ``prior``; else those its steps measured
-    and those the next three steps may measure (``bisect.upcoming``)."""
+def needed_builds(last: int, prior: list[Any] | None) -> list[int]:
+    """Which commits (indices up to ``last``) to build: all without prior steps; else
+    those they measured and those the next three steps may measure (``bisect.upcoming``)."""
     from kernelwatch.jobs.planning.bisect import upcoming
 
-    if prior is None:
-        return list(range(len(commits)))
-    steps, _, _ = prior_steps(prior, commits)
-    used = {i for s in steps for i in (s.index, s.against)}
-    used |= set(upcoming(len(commits) - 1, steps, establish=True, depth=3))
+    if not prior:
+        return list(range(last + 1))
+    used = {i for s in prior for i in (s.index, s.against)}
+    used |= set(upcoming(last, prior, establish=True, depth=3))
     return sorted(used)
 
 
 def search(
-    ctx: host.Context, args: argparse.Namespace, builds: list[dict[str, Any]]
+    ctx: host.Context,
+    args: argparse.Namespace,
+    builds: list[dict[str, Any]],
+    prior: tuple[list[Any], list[dict[str, Any]], float] = ([], [], 0.0),
 ) -> dict[str, Any]:
-    """The service's search over ``builds`` (good first), one paired run a step."""
+    """The service's search over ``builds`` (good first), one paired run a step, after
+    the ``prior`` steps, rows and GPU seconds (``prior_steps``) of an earlier call."""
     from kernelwatch.jobs.planning.bisect import (
         Done,
         Limits,
@@ -180,7 +183,7 @@ def search(
     )
 
     env = libraries._profile_env("trimmed")  # the adapter skips what the build left out
-    steps, rows, spent = prior_steps(args.prior, [b["commit"] for b in builds])
+    steps, rows, spent = list(prior[0]), list(prior[1]), prior[2]
     last = len(builds) - 1
     while True:
         action = next_action(last, steps, Limits(spent, args.budget_s), establish=True)
@@ -241,7 +244,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     commits = list(args.commit or FA3_DISTINCT)
     result: dict[str, Any] = {"commits": commits, "case": args.case, "pairs": args.pairs}
     result["service_wheels"] = host.service_wheels(ctx)
-    wanted = needed_builds(commits, args.prior)
+    prior = prior_steps(args.prior, commits)  # read once: the builds and the search need it
+    wanted = needed_builds(len(commits) - 1, prior[0])
     result["built"] = [commits[i] for i in wanted]
     units, errors = libraries.unpack_all([commits[i] for i in wanted], "fa3")
     t0 = time.monotonic()
@@ -258,7 +262,7 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         {k: b.get(k) for k in ("commit", "rc", "build_s", "cached", "error", "timed_out")}
         for b in builds
     ]
-    result.update(search(ctx, args, builds))
+    result.update(search(ctx, args, builds, prior))
     return result, table(result)
 
 

@@ -500,6 +500,7 @@ def fleet_stats(db: dict, sub: dict, det: dict) -> dict:
     ends = [t for t in ends if t]
     span = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     gpus = det.get("gpus") if isinstance(det.get("gpus"), list) else []
+    row_ids = {r["id"] for r in rows}
     out = {
         "runs_asked": sub.get("runs_asked", len(ids)), "suites": sub.get("suites"),
         "planned": len(ids), "cards": len(gpus),
@@ -508,7 +509,7 @@ def fleet_stats(db: dict, sub: dict, det: dict) -> dict:
         "finished": len(done), "succeeded": sum(r["status"] == "succeeded" for r in done),
         # lost: planned, with no row left; unfinished: still queued or running at the end
         # of the wait (2026-12-01: the 4th of 4 runs was queued, not lost)
-        "lost": [i for i in ids if i not in {r["id"] for r in rows}],
+        "lost": [i for i in ids if i not in row_ids],
         "unfinished": {str(r["id"]): r.get("status") for r in rows if r.get("status") not in FINAL},
         "duplicated": dups, "retried": [r["id"] for r in rows if (r.get("attempts") or 0) > 1],
         "results": len(res), "runs_per_worker": workers,

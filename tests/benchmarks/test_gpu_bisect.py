@@ -113,3 +113,20 @@ def test_a_range_that_does_not_differ_names_no_culprit(
     got = bisect.search(_ctx(tmp_path), _args(), _builds(6))
     assert got["culprit"] is None and got["status"] == "not_found"
     assert calls == [(5, 0)]  # establish only
+
+
+def test_a_search_resumes_from_an_earlier_calls_steps_and_builds_only_what_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the H200 call 1 of 2026-12-01: establish and two search steps, then out of time
+    first = Path(__file__).resolve().parents[2] / "docs/data/h200-2026-12-01-s21/call1/bisect.json"
+    commits = list(bisect.FA3_DISTINCT)
+    prior = bisect.prior_steps(first, commits)
+    assert [s.index for s in prior[0]] == [5, 2, 1] and prior[2] == pytest.approx(322.8)
+    # bc0e4ac0 (3) may be the next segment's middle; d2340513 (4) is three steps away
+    assert bisect.needed_builds(5, prior[0]) == [0, 1, 2, 3, 5]
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(bisect, "_measure", _fake_measure(2, calls))
+    got = bisect.search(_ctx(tmp_path), _args(), _builds(6), prior)
+    assert calls[0] == (2, 1)  # the confirmation comes next, nothing measured twice
+    assert got["culprit"]["sha"].startswith("02") and got["step_rows"][0]["prior"] is True
