@@ -86,6 +86,13 @@ ADAPTERS: dict[str, AdapterInfo] = {
         "torch._grouped_mm / _scaled_grouped_mm (CUTLASS grouped GEMMs on sm90 per ATen's "
         "source; not yet confirmed on a GPU)",
     ),
+    "cutlass-dsl": _info(
+        "cutlass_dsl",
+        "nvidia-cutlass-dsl",
+        "gemm gemm_fp8_rowwise gemm_fp8_tensorwise gemm_grouped gemm_grouped_fp8_rowwise",
+        "CUTLASS's Hopper dense GEMM in the CuTe DSL (examples/python/CuTeDSL/hopper/"
+        "dense_gemm.py, sm90, bf16/fp16); scaled FP8 and grouped GEMMs skip",
+    ),
 }
 
 

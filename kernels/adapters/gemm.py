@@ -8,7 +8,7 @@
   cuBLASLt's ``nvjet_sm90_*`` kernel instead (2026-11-29,
   ``docs/data/gemm-kernel-names.json``), so this is **not** a CUTLASS GEMM there.
   ``python -m benchmarks.gpu libraries --part gemm-kernels`` records the kernel names; a CUTLASS
-  GEMM on Hopper needs the CuTe DSL (``nvidia-cutlass-dsl``), not yet an adapter.
+  GEMM on Hopper is the CuTe DSL adapter's (``cutlass_dsl.py``, ``docs/cutlass-dsl.md``).
 - ``gemm_fp8_tensorwise``: ``torch._scaled_mm`` with one scale per tensor
   (cuBLASLt).
 - ``gemm_grouped``: ``torch._grouped_mm`` over the experts of an MoE layer. ATen's

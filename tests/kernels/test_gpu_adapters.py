@@ -28,7 +28,12 @@ pytestmark = [
 ]
 
 A = "kernelwatch.kernels.adapters."
-NEEDS = {"flashinfer": "flashinfer", "fa3": "flash_attn_interface", "flash_attn": "flash_attn"}
+NEEDS = {
+    "flashinfer": "flashinfer",
+    "fa3": "flash_attn_interface",
+    "flash_attn": "flash_attn",
+    "cutlass_dsl": "cutlass",
+}
 GQA = {"heads": 8, "kv_heads": 2}
 
 
@@ -62,6 +67,7 @@ CASES: list[tuple[str, CaseSpec]] = [
     ("gemm", gemm.make_case({"kernel": "gemm_fp8_rowwise", **GEMM, "dtype": "float8_e4m3fn"})),
     ("gemm", gemm.make_case({"kernel": "gemm_fp8_tensorwise", **GEMM, "dtype": "float8_e4m3fn"})),
     ("gemm", gemm.make_case({"kernel": "gemm_grouped", **MOE, "dtype": "bfloat16"})),
+    ("cutlass_dsl", gemm.make_case({"kernel": "gemm", **GEMM, "dtype": "bfloat16"})),
     (
         "gemm",
         gemm.make_case({"kernel": "gemm_grouped_fp8_rowwise", **MOE, "dtype": "float8_e4m3fn"}),

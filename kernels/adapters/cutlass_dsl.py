@@ -1,0 +1,242 @@
+"""Implementation module ``cutlass_dsl`` (``cutlass-dsl``): CUTLASS's Hopper GEMM in the CuTe DSL.
+
+Why: on the H200 with torch 2.11 every GEMM PyTorch dispatches, ``_scaled_mm``
+included, ran cuBLAS(Lt) kernels (``docs/data/gemm-kernel-names.json``). This
+adapter runs a CUTLASS GEMM for real: ``HopperWgmmaGemmKernel`` from CUTLASS's
+``examples/python/CuTeDSL/hopper/dense_gemm.py`` (TMA loads, WGMMA, TMA-store
+epilogue), compiled by the ``nvidia-cutlass-dsl`` wheel's ``cute.compile``.
+``cutlass_dsl_env.py`` says where both come from.
+
+- ``gemm``: ``C = A · Wᵀ``, bf16 or fp16 in and out, float32 accumulation. The
+  suite's ``A [m, k]`` and ``W [n, k]`` are the example's K-major A and B, ``C``
+  its N-major C: views, no copy.
+- ``gemm_fp8_rowwise``, ``gemm_fp8_tensorwise``: skipped. The example's epilogue
+  only converts the accumulator, with no scale, so scaled FP8 is not what it
+  computes. ``run`` itself takes e4m3/e5m2 A and W without scales
+  (``benchmarks/cutlass_dsl_probe.py`` holds that against cuBLASLt at unit scales).
+- ``gemm_grouped*``: skipped; CUTLASS 4.3's CuTe DSL examples have no Hopper
+  grouped GEMM.
+
+Compiled once per (dtypes, tile, cluster, device) per process, in the checked
+first call, so the timed calls run the cached kernel. The example marks the
+layouts dynamic, so one binary serves every shape with that tile. The cute views
+of a case's tensors are made once too (``_cache_cutlass_dsl``, keyed by pointer,
+shape and strides, so each input copy of the timer gets its own); the stream is
+read at every call, so a CUDA graph's capture records the launch on its stream.
+Compile seconds go to ``compile_log()`` and, where ``KW_CUTLASS_DSL_COMPILE_LOG``
+names a file, one JSON line per compile there: a result record has no field for them.
+
+The tile choice is a first guess, not yet tuned on a GPU: 64×64 tiles for
+``m ≤ 64`` (more CTAs for thin GEMMs: the example has no split-K), else 128×256,
+cluster 1×1. ``KW_CUTLASS_DSL_TILE=128x128`` / ``KW_CUTLASS_DSL_CLUSTER=2x1``
+override it for a whole run; ``run(case, TileConfig(...))`` for one call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kernelwatch.kernels.adapters import Unavailable, require_cuda
+from kernelwatch.kernels.adapters.cutlass_dsl_env import DIST, KERNEL_CLASS, Dsl, describe, load
+from kernelwatch.kernels.suite import Inputs
+
+LIB = DIST
+CACHE_KEY = "_cache_cutlass_dsl"
+COMPILE_LOG_ENV = "KW_CUTLASS_DSL_COMPILE_LOG"
+TILE_ENV = "KW_CUTLASS_DSL_TILE"
+CLUSTER_ENV = "KW_CUTLASS_DSL_CLUSTER"
+NO_SCALES = (
+    "CUTLASS's CuTe DSL Hopper dense GEMM example has no scale epilogue (C = A·B, converted): "
+    "row-wise or per-tensor scaled FP8 is not what it computes"
+)
+NO_GROUPED = "CUTLASS 4.3's CuTe DSL examples have no Hopper grouped GEMM"
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+# torch dtype -> the DSL's numeric type name (cutlass.<name>)
+ELEMENT = {
+    torch.bfloat16: "BFloat16",
+    torch.float16: "Float16",
+    torch.float8_e4m3fn: "Float8E4M3FN",
+    torch.float8_e5m2: "Float8E5M2",
+    torch.float32: "Float32",
+}
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """The example's two knobs: CTA tile (M 64/128, N 64/128/256) and cluster (≤ 4 CTAs)."""
+
+    tile: tuple[int, int]
+    cluster: tuple[int, int] = (1, 1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.tile[0]}x{self.tile[1]}/{self.cluster[0]}x{self.cluster[1]}"
+
+
+def _pair(text: str | None, what: str) -> tuple[int, int] | None:
+    if not text:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"{what} must look like 128x256, not {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def tile_config(m: int, n: int, env: dict[str, str] | None = None) -> TileConfig:
+    """The tile and cluster for an ``m × n`` output (see the module docstring)."""
+    env = dict(os.environ) if env is None else env
+    tile = _pair(env.get(TILE_ENV), TILE_ENV) or ((64, 64) if m <= 64 else (128, 256))
+    return TileConfig(tile, _pair(env.get(CLUSTER_ENV), CLUSTER_ENV) or (1, 1))
+
+
+def unsupported(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> str | None:
+    """Why the example cannot take these tensors (dtypes, layout, TMA alignment); None if it can."""
+    for name, t in (("A", a), ("W", w)):
+        if t.dtype not in ELEMENT or t.dtype == torch.float32:
+            return f"{name} in {t.dtype}: the example takes fp16, bf16 or FP8 operands"
+    if a.element_size() != w.element_size() or (a.element_size() == 2 and a.dtype != w.dtype):
+        return f"A {a.dtype} with W {w.dtype}: 16-bit operands must match, 8-bit ones be 8-bit"
+    if out.dtype not in OUT_DTYPES:
+        return f"C in {out.dtype}: this adapter writes bf16, fp16 or float32"
+    if (
+        a.dim() != 2
+        or w.dim() != 2
+        or w.size(1) != a.size(1)
+        or out.shape != (a.size(0), w.size(0))
+    ):
+        return f"a {tuple(a.shape)}, w {tuple(w.shape)}, out {tuple(out.shape)} are not C = A·Wᵀ"
+    for name, t in (("a", a), ("w", w), ("out", out)):
+        if t.stride(1) != 1 or t.stride(0) != t.size(1):
+            return f"{name} is not a contiguous row-major matrix"
+        if (t.size(1) * t.element_size()) % 16:
+            return f"{name}'s rows ({t.size(1)} × {t.dtype}) are not a multiple of 16 bytes (TMA)"
+        if t.data_ptr() % 16:
+            return f"{name} does not start 16-byte aligned"
+    return None
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    fn: Any
+    seconds: float
+
+
+_COMPILED: dict[tuple[str, ...], _Compiled] = {}
+_LOG: list[dict[str, Any]] = []
+
+
+def compile_log() -> list[dict[str, Any]]:
+    """One entry per ``cute.compile`` this process made: dtypes, tile, cluster, seconds."""
+    return list(_LOG)
+
+
+def _note(dsl: Dsl, key: tuple[str, ...], cfg: TileConfig, seconds: float) -> None:
+    entry = {
+        "kernel": KERNEL_CLASS,
+        "dtypes": list(key[:3]),
+        "tile": list(cfg.tile),
+        "cluster": list(cfg.cluster),
+        "seconds": round(seconds, 4),
+        "dsl_version": dsl.version,
+    }
+    _LOG.append(entry)
+    path = os.environ.get(COMPILE_LOG_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+def _view(dsl: Dsl, t: torch.Tensor, cache: dict[Any, Any]) -> Any:
+    """``t`` as the example's ``(rows, cols, L=1)`` tensor with a dynamic layout, made once."""
+    key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
+    hit = cache.get(key)
+    if hit is None:
+        base = t.view(torch.uint8) if t.dtype in FP8 else t  # DLPack has no FP8: as the example
+        hit = dsl.from_dlpack(base.unsqueeze(0).permute(1, 2, 0), assumed_align=16)
+        if t.dtype in FP8:
+            hit.element_type = getattr(dsl.cutlass, ELEMENT[t.dtype])
+        hit = hit.mark_layout_dynamic(leading_dim=1)
+        cache[key] = hit
+    return hit
+
+
+def _compiled(
+    dsl: Dsl, cfg: TileConfig, tensors: tuple[torch.Tensor, ...], views: list[Any], stream: Any
+) -> Any:
+    device = str(tensors[0].device)
+    key = (*(ELEMENT[t.dtype] for t in tensors), cfg.label, device)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        kernel = getattr(dsl.example, KERNEL_CLASS)(dsl.cutlass.Float32, cfg.tile, cfg.cluster)
+        t0 = time.perf_counter()
+        fn = dsl.cute.compile(kernel, *views, stream)
+        hit = _COMPILED[key] = _Compiled(fn, time.perf_counter() - t0)
+        _note(dsl, key, cfg, hit.seconds)
+    return hit.fn
+
+
+def run(case: Inputs, config: TileConfig | None = None) -> torch.Tensor:
+    """``case["out"] = case["a"] · case["w"]ᵀ`` by the example's kernel; returns ``out``."""
+    a, w = case["a"], case["w"]
+    out: torch.Tensor = case["out"]
+    require_cuda(a, "the CuTe DSL")
+    cc = torch.cuda.get_device_capability(a.device)
+    if cc != (9, 0):
+        raise Unavailable(
+            f"CUTLASS's Hopper dense GEMM needs sm_90 (WGMMA, TMA); this is sm_{cc[0]}{cc[1]}"
+        )
+    why = unsupported(a, w, out)
+    if why:
+        raise Unavailable(why)
+    dsl = load()
+    cfg = config or tile_config(a.size(0), w.size(0))
+    cache = case.setdefault(CACHE_KEY, {})
+    views = [_view(dsl, t, cache) for t in (a, w, out)]
+    stream = dsl.driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+    _compiled(dsl, cfg, (a, w, out), views, stream)(*views, stream)
+    return out
+
+
+def gemm(case: Inputs) -> torch.Tensor:
+    if case["a"].dtype in FP8:
+        raise Unavailable(NO_SCALES)  # the suite's FP8 inputs always come with scales
+    return run(case)
+
+
+def gemm_fp8_rowwise(case: Inputs) -> torch.Tensor:
+    raise Unavailable(NO_SCALES)
+
+
+def gemm_fp8_tensorwise(case: Inputs) -> torch.Tensor:
+    raise Unavailable(NO_SCALES)
+
+
+def gemm_grouped(case: Inputs) -> torch.Tensor:
+    raise Unavailable(NO_GROUPED)
+
+
+def gemm_grouped_fp8_rowwise(case: Inputs) -> torch.Tensor:
+    raise Unavailable(NO_GROUPED)
+
+
+__all__ = [
+    "LIB",
+    "TileConfig",
+    "compile_log",
+    "describe",
+    "gemm",
+    "gemm_fp8_rowwise",
+    "gemm_fp8_tensorwise",
+    "gemm_grouped",
+    "gemm_grouped_fp8_rowwise",
+    "run",
+    "tile_config",
+    "unsupported",
+]
