@@ -2,22 +2,25 @@
 
 Run on the GPU host from the repository root (through the device tool: the
 working tree is copied there, ``$OUT`` comes back; carry ``.whl`` for FlashInfer,
-``.svc`` for the service, ``.src`` for FlashAttention-3 sources)::
+``.svc`` for the service, ``.src`` for FlashAttention-3 sources, ``.dsl`` for the
+CuTe DSL)::
 
     python -m benchmarks.gpu prelude + gputests + paired --kernel "fp32 add 64M"
 
 Sub-commands (``python -m benchmarks.gpu SUB --help`` for each):
 
-==============  ============================================================
-prelude         light install of kernelwatch, carried wheels, nvidia-smi
-gputests        the ``@pytest.mark.gpu`` tests, JUnit XML and JSON
-measure         timer CV: kernelwatch's timer against ``do_bench``
-paired          paired trials: A/A and injected +x % work on named kernels
-suite-aa        whole-suite A/A with ``bench-paired``: verdicts, wall s per case
-libraries       FlashInfer versions paired; FA3 built at commits, paired, benched
-fleet           per-GPU worker check: health, one run through Celery, stop
-prepare-fa3     (networked machine) FA3 sources for an offline host, into .src/
-==============  ============================================================
+====================  ============================================================
+prelude               light install of kernelwatch, carried wheels, nvidia-smi
+gputests              the ``@pytest.mark.gpu`` tests, JUnit XML and JSON
+measure               timer CV: kernelwatch's timer against ``do_bench``
+paired                paired trials: A/A and injected +x % work on named kernels
+suite-aa              whole-suite A/A with ``bench-paired``: verdicts, wall s per case
+libraries             FlashInfer versions paired; FA3 built at commits, paired, benched
+fleet                 per-GPU worker check: health, one run through Celery, stop
+cutlass-dsl           CuTe DSL dense GEMM (carried .dsl/) against cuBLAS, kernel names
+prepare-fa3           (networked machine) FA3 sources for an offline host, into .src/
+prepare-cutlass-dsl   (networked machine) CUTLASS's CuTe DSL example + wheel, into .dsl/
+====================  ============================================================
 
 Every sub-command writes ``$OUT/SUB.json`` (or ``--out DIR``) holding the machine,
 its result and every step it ran, and prints a short table last; ``--deadline-s``

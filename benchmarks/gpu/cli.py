@@ -37,6 +37,7 @@ def commands() -> dict[str, ModuleType]:
     from benchmarks.gpu import (
         bisect,
         cards,
+        cutlass_dsl,
         fleet,
         gputests,
         libraries,
@@ -44,13 +45,14 @@ def commands() -> dict[str, ModuleType]:
         paired,
         prelude,
         prepare,
+        prepare_cutlass_dsl,
         states,
         suite_aa,
     )
 
     mods = (
         prelude, gputests, measure, paired, states, suite_aa, libraries, bisect, fleet, cards,
-        prepare,
+        cutlass_dsl, prepare, prepare_cutlass_dsl,
     )  # fmt: skip
     return {m.NAME: m for m in (*mods, prepare.FA2)}  # prepare-fa2: in prepare.py
 

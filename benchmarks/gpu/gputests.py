@@ -1,9 +1,10 @@
 """``gputests``: the ``@pytest.mark.gpu`` tests, with JUnit XML and a JSON summary.
 
-Runs ``tests/kernels/test_gpu_kernels.py`` and ``tests/kernels/test_gpu_adapters.py``
-(or ``--file``) with ``-m gpu`` in the device python, bounded by the deadline.
-Libraries under test join the path: ``--flashinfer VERSION`` installs the carried
-wheel, ``--with-path DIR`` adds a built library (an FA3 build from ``libraries``).
+Runs ``tests/kernels/test_gpu_kernels.py``, ``test_gpu_adapters.py`` and
+``test_gpu_cutlass_dsl.py`` (or ``--file``) with ``-m gpu`` in the device python,
+bounded by the deadline. Libraries under test join the path: ``--flashinfer VERSION``
+installs the carried wheel, ``--with-path DIR`` adds a built library (an FA3 build
+from ``libraries``; ``cutlass-dsl`` passes the CuTe DSL's folders this way).
 Without a GPU every test skips (``tests/conftest.py``), which is what ``--cpu``
 shows: the plumbing, not the kernels.
 """
@@ -21,7 +22,11 @@ from benchmarks.gpu import host
 
 NAME = "gputests"
 HELP = "the @pytest.mark.gpu tests (JUnit XML + JSON)"
-FILES = ("tests/kernels/test_gpu_kernels.py", "tests/kernels/test_gpu_adapters.py")
+FILES = (
+    "tests/kernels/test_gpu_kernels.py",
+    "tests/kernels/test_gpu_adapters.py",
+    "tests/kernels/test_gpu_cutlass_dsl.py",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
