@@ -8,10 +8,10 @@ bounded by the deadline and logged:
 
 1. the carried wheel into ``/tmp/dsl-<version>`` (``pip --target``, offline); it
    and ``.dsl/examples`` go on the path of every later step;
-2. the adapter's GPU tests (``tests/kernels/test_gpu_cutlass_dsl.py`` and the
-   ``cutlass_dsl`` cases of ``test_gpu_adapters.py``): correctness against float32,
-   one compile per configuration, the profiler's kernel names (CUTLASS's, no
-   cuBLAS one);
+2. the GPU tests named ``cutlass`` (``tests/kernels/test_gpu_cutlass_dsl.py``, the
+   ``cutlass_dsl`` case of ``test_gpu_adapters.py`` and its grouped-GEMM kernel-name
+   test): correctness against float32, one compile per configuration, the
+   profiler's kernel names (CUTLASS's, no cuBLAS one);
 3. the runner over the gemm suite's ``gemm`` cases (``--size quick``), once with
    ``--impl cutlass-dsl`` and once with ``--impl torch-gemm`` (cuBLAS), one after
    the other on the same GPU: a bench, not a paired gate. Compile seconds come
@@ -123,7 +123,7 @@ def _tests(ctx: host.Context, args: argparse.Namespace, paths: list[str]) -> dic
     sub = host.Context(ctx.out, ctx.logs, end, ctx.cpu, ctx.steps)
     ns = argparse.Namespace(
         file=list(TESTS),
-        keyword="cutlass_dsl",
+        keyword="cutlass",  # this adapter's tests and ATen's grouped-GEMM kernel-name test
         flashinfer=None,
         with_path=paths,
         test_timeout=args.test_timeout,
