@@ -50,6 +50,13 @@ class Settings(BaseSettings):
     db_patience_s: float | None = None
     # Server-side git submodule mirrors for offline GPU hosts ("orig=mirror,...").
     submodule_mirrors: str = ""
+    # Service-side .kernelwatch.toml files for libraries that carry none of their own
+    # ("source=path,..." or JSON; jobs/library/served.py): a named file replaces the
+    # repository's for that source, in planning, builds and runs alike.
+    repo_configs: str = ""
+    # An air-gapped host: from-source builds fail fast instead of reaching for the
+    # network (pip without an index, git over file:// only; worker/venvs.py).
+    offline: bool = False
     # Default minimum effect (relative, 1 %), the confidence of one measurement's interval,
     # and what an inconclusive case makes of its run: the rule's own defaults
     # (kernelwatch.kernels.verdict), so service, CLI and deploy examples agree.

@@ -42,7 +42,7 @@ from kernelwatch.jobs.errors import (
     SourceError,
 )
 from kernelwatch.jobs.judging.analysis import analyze_ready, run_thresholds
-from kernelwatch.jobs.library import libspec, repoconfig
+from kernelwatch.jobs.library import libspec, repoconfig, served
 from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.retry import retrying
 from kernelwatch.kernels.record import ResultRecord
@@ -103,8 +103,10 @@ def execute(
                 mirror.sync()
             if not mirror.has_commit(sha):
                 raise CommitNotFound(f"commit {sha} not found in {source}")
-            config = repoconfig.read_at(mirror, sha)  # the one read of this commit's file
+            table = served.parse_table(settings.repo_configs)
+            config = repoconfig.read_at(mirror, sha, table)  # the one read of this commit's file
             _note_config(factory, run_id, config)
+            _note_served(factory, run_id, served.served_file(mirror.source, table))
             env, recipe = _commit_env(
                 factory, settings, run_id, mirror, sha, config.install, run_options, trigger
             )
@@ -214,6 +216,7 @@ def commit_env(
             lambda dest: mirror.worktree(sha, dest),
             mirrors=submodules.parse_mirrors(settings.submodule_mirrors),
             timeout=settings.install_timeout_s,
+            offline=settings.offline,
         )
     except InstallError as exc:
         raise InstallError(f"install failed ({recipe.profile} profile): {exc}", exc.log) from exc
@@ -250,7 +253,8 @@ def _paired_request(
     if not mirror.has_commit(baseline_sha):
         raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
     _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
-    install = repoconfig.read_at(mirror, baseline_sha).install
+    table = served.parse_table(settings.repo_configs)
+    install = repoconfig.read_at(mirror, baseline_sha, table).install
     base, _ = _commit_env(
         factory, settings, run_id, mirror, baseline_sha, install, options, trigger
     )
@@ -408,6 +412,17 @@ def _note_config(
             kernels=list(config.suites.kernels) if config.suites.kernels else None,
         )
         run.options = opts.with_(**changes)
+
+
+def _note_served(factory: sessionmaker[Session], run_id: int, path: Path | None) -> None:
+    """Say in the build log when the service's file stood in for the repository's."""
+    if path is not None:
+        _append_log(
+            factory,
+            run_id,
+            f"configuration: {path} ({served.VARIABLE}, the service's) in place of the "
+            f"repository's {repoconfig.FILE}\n",
+        )
 
 
 def _append_log(factory: sessionmaker[Session], run_id: int, text: str) -> None:

@@ -21,13 +21,13 @@ is refused by git for ``.gitmodules`` and cannot come from elsewhere here.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError
+from kernelwatch.jobs.library.mapping import parse_mapping
 from kernelwatch.jobs.library.mirror import SAFE_OPTIONS, git_env
 from kernelwatch.worker.process import run_logged
 
@@ -37,26 +37,7 @@ _URL = re.compile(r"^(https?|ssh|git|file)://\S+$|^[\w.-]+@[\w.-]+:\S+$|^/\S+$")
 def parse_mirrors(text: str | None) -> dict[str, str]:
     """``{upstream: mirror}`` from JSON (``{"https://github.com/": "file:///m/"}``) or
     ``upstream=mirror`` pairs separated by commas or newlines. Refuses odd URLs."""
-    if not text or not text.strip():
-        return {}
-    raw = text.strip()
-    pairs: dict[str, str] = {}
-    if raw.startswith("{"):
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"submodule mirrors: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError("submodule mirrors: expected a JSON object")
-        pairs = {str(k): str(v) for k, v in data.items()}
-    else:
-        for item in re.split(r"[,\n]", raw):
-            if not item.strip():
-                continue
-            upstream, sep, mirror = item.strip().partition("=")
-            if not sep:
-                raise ConfigError(f"submodule mirrors: {item!r} is not upstream=mirror")
-            pairs[upstream.strip()] = mirror.strip()
+    pairs = parse_mapping(text, "submodule mirrors", "upstream=mirror")
     for upstream, mirror in pairs.items():
         for url in (upstream, mirror):
             if not _URL.match(url) or url.lower().startswith("ext::"):

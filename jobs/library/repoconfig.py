@@ -42,7 +42,8 @@ from __future__ import annotations
 import difflib
 import tomllib
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -60,6 +61,7 @@ from kernelwatch.jobs.library.config_model import (
     Thresholds,
     shown,
 )
+from kernelwatch.jobs.library.served import read_served, served_file
 
 if TYPE_CHECKING:
     from kernelwatch.jobs.library.mirror import Mirror
@@ -79,23 +81,30 @@ _TYPE_WORDS = {
 }
 
 
-def read_at(mirror: Mirror, sha: str) -> RepoConfig:
-    """The configuration of commit ``sha`` (defaults when it has no file)."""
+def read_at(mirror: Mirror, sha: str, served: Mapping[str, Path] | None = None) -> RepoConfig:
+    """The configuration of commit ``sha`` (defaults when it has no file).
+
+    ``served``: the service-side files (``served.parse_table`` of ``KW_REPO_CONFIGS``);
+    when one names this mirror's source, that file is read instead of the commit's.
+    """
+    path = served_file(mirror.source, served)
+    if path is not None:
+        return parse(read_served(path, mirror.source), name=str(path))
     return parse(mirror.read_file(sha, FILE))
 
 
-def parse(text: str | None) -> RepoConfig:
-    """Parse the file's text (None: no file → defaults)."""
+def parse(text: str | None, name: str = FILE) -> RepoConfig:
+    """Parse the file's text (None: no file → defaults); errors start with ``name``."""
     if text is None:
         return RepoConfig()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{FILE}: {exc}") from exc
+        raise ConfigError(f"{name}: {exc}") from exc
     try:
         return RepoConfig.model_validate(data, context={FROM_FILE: True})
     except ValidationError as exc:
-        raise ConfigError(f"{FILE}: {describe(exc, RepoConfig)}") from exc
+        raise ConfigError(f"{name}: {describe(exc, RepoConfig)}") from exc
 
 
 def parse_install(table: dict[str, Any], where: str) -> InstallRecipe:

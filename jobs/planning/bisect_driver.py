@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from celery import Celery
 from sqlalchemy import select
@@ -38,7 +39,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Result, Run
 from kernelwatch.db.store import get_or_create_repository
 from kernelwatch.jobs.errors import CommitNotFound, ConfigError, KernelwatchError
-from kernelwatch.jobs.library import repoconfig
+from kernelwatch.jobs.library import repoconfig, served
 from kernelwatch.jobs.library.mirror import Mirror, git, repository_name
 from kernelwatch.jobs.planning import build_ahead
 from kernelwatch.jobs.planning.bisect import (
@@ -83,7 +84,9 @@ def start(factory: sessionmaker[Session], settings: Settings, req: BisectRequest
     mirror = Mirror(settings.data_dir / "mirrors", req.source)
     mirror.sync()
     commits = first_parent_commits(mirror, mirror.resolve(req.good), mirror.resolve(req.bad))
-    commits = commits_that_build_differently(mirror, commits)
+    commits = commits_that_build_differently(
+        mirror, commits, served.parse_table(settings.repo_configs)
+    )
     with factory() as session, session.begin():
         repo = get_or_create_repository(session, repository_name(mirror.source), mirror.source)
         joined = store.active_for_range(
@@ -127,7 +130,9 @@ def first_parent_commits(mirror: Mirror, good: str, bad: str) -> list[str]:
     return [good, *between]
 
 
-def commits_that_build_differently(mirror: Mirror, commits: Sequence[str]) -> list[str]:
+def commits_that_build_differently(
+    mirror: Mirror, commits: Sequence[str], table: Mapping[str, Path] | None = None
+) -> list[str]:
     """``commits`` without those that change none of bad's ``[install] inputs``.
 
     Without ``inputs`` in bad's ``.kernelwatch.toml`` every commit may matter and all are
@@ -135,7 +140,7 @@ def commits_that_build_differently(mirror: Mirror, commits: Sequence[str]) -> li
     report it.
     """
     try:
-        inputs = repoconfig.read_at(mirror, commits[-1]).install.inputs
+        inputs = repoconfig.read_at(mirror, commits[-1], table).install.inputs
     except ConfigError:
         return list(commits)
     if not inputs:
