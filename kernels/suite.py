@@ -55,6 +55,7 @@ _SUITES: dict[str, str] = {
     "decode": "kernelwatch.kernels.suites.decode:build",
     "gemm": "kernelwatch.kernels.suites.gemm:build",
     "collective": "kernelwatch.kernels.suites.collective:build",
+    "layers": "kernelwatch.kernels.suites.layers:build",
 }
 
 

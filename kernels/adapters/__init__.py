@@ -78,6 +78,12 @@ ADAPTERS: dict[str, AdapterInfo] = {
     "triton": _info(
         "triton", "kernelwatch", "prefill gemm", "kernelwatch's own Triton attention and matmul"
     ),
+    "liger": _info(
+        "liger",
+        "liger-kernel",
+        "softmax rmsnorm layernorm swiglu geglu",
+        "Liger-Kernel's Triton kernels (liger_kernel.ops, forward; basic and layers suites)",
+    ),
     "torch-gemm": _info(
         "gemm",
         "torch",

@@ -4,6 +4,12 @@ Shapes come in two sizes: ``smoke`` (small enough for Triton's interpreter on a
 CPU, a few seconds a kernel) and ``full`` (GPU sizes from LLM layers). Row
 lengths in the smoke grid are deliberately not powers of two, so a kernel that
 mishandles its padding lanes fails.
+
+Calling convention: inputs, then ``out`` (``softmax(x, out)``, ``rmsnorm(x, w,
+eps, out)``). An implementation fills ``out``, or returns a tensor of its own:
+a returned tensor that is not ``out`` is the output checked (``_kept``). Why:
+library APIs such as Liger-Kernel's allocate their output, and copying it into
+``out`` inside the adapter would add a full pass over memory to what is timed.
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ def _softmax(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "softmax",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: fn(i["x"], i["out"]),
+        lambda fn, i: _kept(i, fn(i["x"], i["out"])),
         ref,
         dtype,
         flops=5.0 * n,
@@ -104,7 +110,7 @@ def _rmsnorm(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "rmsnorm",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: fn(i["x"], i["w"], eps, i["out"]),
+        lambda fn, i: _kept(i, fn(i["x"], i["w"], eps, i["out"])),
         ref,
         dtype,
         flops=4.0 * n,
@@ -128,7 +134,7 @@ def _matmul(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "matmul",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: fn(i["a"], i["b"], i["out"]),
+        lambda fn, i: _kept(i, fn(i["a"], i["b"], i["out"])),
         ref,
         dtype,
         flops=2.0 * m * n * k,
@@ -171,12 +177,19 @@ def _attention(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "attention",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: fn(i["q"], i["k"], i["v"], causal, scale, i["out"]),
+        lambda fn, i: _kept(i, fn(i["q"], i["k"], i["v"], causal, scale, i["out"])),
         ref,
         dtype,
         flops=flops,
         bytes=nbytes,
     )
+
+
+def _kept(inputs: Inputs, result: Any) -> Any:
+    """What an implementation returned; a tensor other than ``out`` becomes ``out``."""
+    if isinstance(result, torch.Tensor) and result is not inputs["out"]:
+        inputs["out"] = result
+    return result
 
 
 def _size(dtype: torch.dtype) -> int:
