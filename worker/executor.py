@@ -129,7 +129,8 @@ def execute(
                 suite_timeout_s=settings.suite_timeout_s,
                 extra_args=_runner_args(run_options, config),
             )
-            if "--kernel" not in run_options.bench_args:
+            # a run that picks its own kernels or cases is not judged by the file's pick
+            if not {"--kernel", "--case"} & set(run_options.bench_args):
                 selected = config.suites.kernels or ()
             if run_options.paired and baseline_sha:
                 req = _paired_request(

@@ -48,6 +48,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="append",
         help="only this kernel of the suites (repeatable; default: every kernel)",
     )
+    r.add_argument(
+        "--case",
+        help="only the cases matching this pattern (globs over kernel, label and case id, "
+        "as in `kernelwatch bench --case`)",
+    )
+    r.add_argument(
+        "--budget",
+        type=float,
+        help="sampling seconds per case (the runner's --budget; default 2 on a GPU)",
+    )
     r.add_argument("--profile", help="build profile of the repository's install recipe")
     r.add_argument("--device-class", help="GPU class to run on (default: this machine's)")
     r.add_argument(
@@ -97,8 +107,15 @@ def handle(args: argparse.Namespace) -> int:
     options: dict[str, object] = {}
     if args.suite:
         options["suites_explicit"] = True
-    if args.kernel:
-        options["bench_args"] = [a for k in args.kernel for a in ("--kernel", k)]
+    bench_args = [a for k in args.kernel or [] for a in ("--kernel", k)]
+    if args.case:
+        bench_args += ["--case", args.case]
+    if args.budget is not None:
+        if args.budget <= 0:
+            return fail(NAME, "--budget must be positive seconds")
+        bench_args += ["--budget", str(args.budget)]
+    if bench_args:
+        options["bench_args"] = bench_args
     for key in ("impl", "index_url", "find_links", "profile"):
         if getattr(args, key):
             options[key] = getattr(args, key)
