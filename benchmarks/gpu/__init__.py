@@ -20,6 +20,8 @@ fleet                 per-GPU worker check: health, one run through Celery, stop
 cutlass-dsl           CuTe DSL dense GEMM (carried .dsl/) against cuBLAS, kernel names
 prepare-fa3           (networked machine) FA3 sources for an offline host, into .src/
 prepare-cutlass-dsl   (networked machine) CUTLASS's CuTe DSL example + wheel, into .dsl/
+liger                 Liger-Kernel commits through ``kernelwatch run`` (bundle in .src/)
+prepare-liger         (networked machine) Liger-Kernel commits replayed into .src/
 ====================  ============================================================
 
 Every sub-command writes ``$OUT/SUB.json`` (or ``--out DIR``) holding the machine,

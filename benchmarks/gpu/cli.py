@@ -41,6 +41,8 @@ def commands() -> dict[str, ModuleType]:
         fleet,
         gputests,
         libraries,
+        liger,
+        liger_replay,
         measure,
         paired,
         prelude,
@@ -53,6 +55,7 @@ def commands() -> dict[str, ModuleType]:
     mods = (
         prelude, gputests, measure, paired, states, suite_aa, libraries, bisect, fleet, cards,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
+        liger, liger_replay,
     )  # fmt: skip
     return {m.NAME: m for m in (*mods, prepare.FA2)}  # prepare-fa2: in prepare.py
 
