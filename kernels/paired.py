@@ -281,18 +281,30 @@ class Side:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 10.0) -> None:
+        """Ask the side to quit and reap it; one still busy after ``grace_s`` is killed."""
+        self.request_quit()
+        self.reap(time.monotonic() + grace_s)
+
+    def request_quit(self) -> None:
+        """Send ``quit`` and close stdin without waiting for the reply: a side still
+        importing torch (just restarted) or stuck in a kernel must not hold the caller."""
         with contextlib.suppress(Exception):
-            self.ask({"cmd": "quit"})
+            self.send({"cmd": "quit"})
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):  # a dead side: its pipe is broken
+                self.proc.stdin.close()
+
+    def reap(self, deadline: float) -> None:
+        """Wait for the exit until ``deadline`` (a monotonic time), then kill."""
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):  # a dead side: its pipe is broken
-                    pipe.close()
+        if self.proc.stdout is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdout.close()
 
 
 @dataclass

@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -354,9 +355,8 @@ class _Sides:
         return Side(label, python=self.pythons[role], env={"PYTHONPATH": path})
 
     def restart(self) -> None:
-        for name, sides in self.sides.items():
-            for side in sides:
-                side.close()
+        self.close()
+        for name in self.sides:
             self.sides[name] = self._start_all(name)
 
     def pair(self) -> tuple[list[Side], list[Side]]:
@@ -367,10 +367,14 @@ class _Sides:
                     sides[i] = self._start(side.name, role)
         return self.sides["A"], self.sides["B"]
 
-    def close(self) -> None:
-        for sides in self.sides.values():
-            for side in sides:
-                side.close()
+    def close(self, grace_s: float = 10.0) -> None:
+        """Every side asked to quit at once, then reaped against one shared deadline."""
+        every = [side for sides in self.sides.values() for side in sides]
+        for side in every:
+            side.request_quit()
+        deadline = time.monotonic() + grace_s
+        for side in every:
+            side.reap(deadline)
 
 
 def measure_case(

@@ -295,6 +295,11 @@ def _paired_request(
         json.dumps({**req.library, "commit": baseline_sha}),
         *passthrough,
     ]
+    # The coordinator bounds each set-up and block by the case timeout and turns a hang
+    # into that case's error with the sides restarted; a healthy paired case makes many
+    # such asks (both stages, re-measures, fresh sides importing torch), so the worker's
+    # own per-case timer is only the backstop for a coordinator that stops answering.
+    req.case_timeout_s *= PAIRED_CASE_ASKS
     return req
 
 
@@ -330,6 +335,10 @@ def _prepare_version(
         suite_timeout_s=settings.suite_timeout_s,
         extra_args=list(options.bench_args),
     )
+
+
+# The worker's per-case timer in paired mode, in per-ask timeouts (see _paired_request).
+PAIRED_CASE_ASKS = 4
 
 
 def _case_timeout(options: RunOptions, settings: Settings) -> float:

@@ -1,6 +1,7 @@
 """The paired A/B protocol on the CPU: two real side processes, ABBA blocks, a verdict."""
 
 import math
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -97,3 +98,20 @@ def test_compare_refuses_no_sides_and_unequal_numbers_of_sides() -> None:
     placeholder = cast(Side, object())
     with pytest.raises(ValueError, match="as many"):
         compare([placeholder, placeholder], [placeholder], FACTORY, {}, {})
+
+
+def test_closing_does_not_wait_on_sides_that_never_read_their_quit(tmp_path: Path) -> None:
+    # sides still busy (importing torch after a restart, or stuck in a kernel) must not
+    # hold the coordinator: all are asked at once and share one grace period
+    import time
+
+    from kernelwatch.kernels.paired_suite import _Sides
+
+    busy = tmp_path / "busy-python"
+    busy.write_text("#!/bin/sh\nexec sleep 60\n")
+    busy.chmod(0o755)
+    sides = _Sides({"A": str(busy), "B": str(busy)}, {"A": "", "B": ""}, pairs=3)
+    t0 = time.monotonic()
+    sides.close(grace_s=1.0)
+    assert time.monotonic() - t0 < 5  # one shared second, not 6 x 10 s
+    assert all(not s.alive() for group in sides.sides.values() for s in group)

@@ -35,10 +35,9 @@ if "dies" not in skip:
 """
 
 
-def test_records_of_another_schema_or_no_shape_become_error_results(tmp_path: Path) -> None:
-    (tmp_path / "fake_runner.py").write_text(FAKE_RUNNER)
-    seen: list[ResultRecord] = []
-    req = SuiteRequest(
+def _request(tmp_path: Path, module: str, case_timeout_s: float) -> SuiteRequest:
+    """The stand-in runner ``module`` (a file in ``tmp_path``) as the worker would start it."""
+    return SuiteRequest(
         python=sys.executable,
         pythonpath=(str(tmp_path),),
         env={},
@@ -47,13 +46,18 @@ def test_records_of_another_schema_or_no_shape_become_error_results(tmp_path: Pa
         impl="fake",
         backend="fake",
         library={"name": "lib"},
-        case_timeout_s=60,
+        case_timeout_s=case_timeout_s,
         suite_timeout_s=120,
-        module="fake_runner",
+        module=module,
         # the protocol is under test here, not the confinement (tests/worker/test_sandbox*)
         sandbox=Sandbox.from_env({"KW_SANDBOX": "none"}),
     )
-    outcome = run_suite(req, on_record=seen.append)
+
+
+def test_records_of_another_schema_or_no_shape_become_error_results(tmp_path: Path) -> None:
+    (tmp_path / "fake_runner.py").write_text(FAKE_RUNNER)
+    seen: list[ResultRecord] = []
+    outcome = run_suite(_request(tmp_path, "fake_runner", 60), on_record=seen.append)
     assert not outcome.aborted
     by_id = {r.case_id: r for r in outcome.records}
     assert all(isinstance(r, ResultRecord) for r in seen) and len(seen) == len(by_id)
@@ -73,3 +77,25 @@ def test_records_of_another_schema_or_no_shape_become_error_results(tmp_path: Pa
     dies = by_id["dies"]
     assert dies.status == "error" and dies.params == {"rows": 8}
     assert ResultRecord.from_dict(json.loads(dies.to_json())) == dies
+
+
+# A runner whose last case is recorded, then spends longer than the case timeout
+# closing down (the paired mode reaping side processes that are still importing torch).
+SLOW_EXIT_RUNNER = """
+import json, sys, time
+out = sys.argv[sys.argv.index("--out") + 1]
+record = {"schema": 1, "suite": "basic", "case_id": "last", "kernel": "softmax",
+          "backend": "fake", "params": {"rows": 4}, "status": "pass"}
+print("KW-CASE-START last softmax {}", file=sys.stderr, flush=True)
+with open(out, "a") as fh:
+    fh.write(json.dumps(record) + "\\n")
+time.sleep(2.5)
+"""
+
+
+def test_time_after_a_cases_record_is_not_charged_to_that_case(tmp_path: Path) -> None:
+    (tmp_path / "slow_exit.py").write_text(SLOW_EXIT_RUNNER)
+    outcome = run_suite(_request(tmp_path, "slow_exit", 1.0))
+    assert not outcome.aborted, outcome.aborted
+    (record,) = outcome.records
+    assert record.case_id == "last" and record.status == "pass"
