@@ -55,7 +55,15 @@ def test_flower_lists_our_worker_and_its_task(tmp_path: Path, redis_db_url: str)
             except httpx.HTTPError:
                 continue
             if r.status_code == 200:
-                found = {k: v for k, v in r.json().items() if k.startswith("flowered-")}
+                # on a loaded machine a refresh may come back before every inspect reply
+                # has: wait until the worker's entry holds both fields read below
+                found = {
+                    k: v
+                    for k, v in r.json().items()
+                    if k.startswith("flowered-")
+                    and isinstance(v, dict)
+                    and {"registered", "active_queues"} <= set(v)
+                }
         assert found, (tmp_path / "flower.log").read_text()[-2000:]
         (info,) = found.values()
         assert isinstance(info, dict)
