@@ -255,8 +255,9 @@ def part_paired(
             base = _base_params(spec)
             conds: dict[str, dict[str, Any]] = {"A/A": {}}
             conds.update({f"+{p}%": cal["extra"][p] for p in (0.5, 1, 2)})
-            if conditions:
-                conds = {c: v for c, v in conds.items() if c in conditions}
+            if conditions:  # in the order asked: the first set-up of a trial's
+                # processes may differ from the second (docs/measurement.md §5)
+                conds = {c: conds[c] for c in dict.fromkeys(conditions) if c in conds}
             trial_log: dict[str, list[dict[str, Any]]] = {c: [] for c in conds}
             upcoming = _fresh_pairs(pairs, 0) if pairs > 1 and prestart else None
             for t in range(trials):

@@ -34,6 +34,7 @@ from typing import Any
 from benchmarks.gpu import host
 
 NAME = "states"
+VARIANTS = ("plain", "spin")
 HELP = "per-process states of short kernels: medians beside kernel names and addresses"
 
 # One process: measure, profile, report as one JSON line (stdout).
@@ -116,6 +117,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         help="also N processes alive at once, measuring in turn (as a paired trial's sides)",
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        choices=VARIANTS,
+        help="which variants, in this order (default: plain, then spin)",
+    )
 
 
 def _one(ctx: host.Context, label: str, spec: dict[str, Any], i: int, k: int) -> dict[str, Any]:
@@ -136,11 +143,12 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     picked = {n: s for n, s in specs.items() if not args.kernel or any(k in n for k in args.kernel)}
     result: dict[str, Any] = {}
     table = [f"{'kernel':<30}{'proc':>5}{'k':>3}{'median us':>11}  cpu  ptr%2M  kernels"]
+    extras = {"plain": {}, "spin": {} if ctx.cpu else {"extra_iters": 0}}
     variants = [
-        (f"{n} {v}", {"factory": s["factory"], "params": {**s["params"], **extra}})
+        (f"{n} {v}", {"factory": s["factory"], "params": {**s["params"], **extras[v]}})
         for n, s in picked.items()
         # plain, and followed by the base spin as the paired trials' A/A sides run it
-        for v, extra in (("plain", {}), ("spin", {} if ctx.cpu else {"extra_iters": 0}))
+        for v in dict.fromkeys(args.variant or VARIANTS)
     ]
     for j, (name, spec) in enumerate(variants):
         if args.live and ctx.left() > 60:

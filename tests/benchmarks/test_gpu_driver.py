@@ -42,7 +42,7 @@ def chained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]
         "--deadline-s", "300",
         "prelude",
         "+", "gputests", "--file", "tests/kernels/test_gpu_kernels.py",
-        "+", "paired", "--trials", "2", "--condition", "A/A", "--condition", "+2%",
+        "+", "paired", "--trials", "2", "--condition", "+2%", "--condition", "A/A",
         "+", "suite-aa", "--suite", "gemm", "--", "--budget", "0.2", "--retries", "0",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -99,7 +99,7 @@ def test_paired_reports_each_condition_with_the_injected_size(
     res = _doc(chained[0], "paired")["result"]
     assert res["benchcases"] == "benchmarks.benchcases"  # what the side processes import
     rows = {r["condition"]: r for r in res["rows"]}
-    assert set(rows) == {"A/A", "+2%"}
+    assert list(rows) == ["+2%", "A/A"]  # measured in the order asked: +2 % set up first
     assert all(r["trials"] == 2 and len(r["ratios"]) == 2 for r in rows.values())
     assert rows["A/A"]["nominal_pct"] == 0.0 and rows["A/A"]["extra"] == {}
     assert rows["+2%"]["extra"] == {"extra_rows": 3} and rows["+2%"]["nominal_pct"] > 2
