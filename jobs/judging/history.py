@@ -12,6 +12,9 @@ step recorded is the gate's minimum effect (the run's threshold, 1 % by default:
 ``kernels/verdict.py``), so history and the gate agree on what is worth a flag. The
 detector needs ``min_segment`` points on each side, so a step is confirmed a few
 commits after it happened; that delay is the price of not alarming on one noisy point.
+Cards of one class differ by a few per cent, so the series is first levelled to one
+card (``jobs/judging/cards.py``, from each record's ``device.uuid``): a run of commits
+that happened to land on a slower card is not a step.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.jobs.judging.cards import level_cards
 from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
@@ -57,7 +61,12 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
             seen.add(sequence)
             at[run_id] = (sequence, sha)
     rows = session.execute(
-        select(Result.case_id, Result.median_s, Result.run_id).where(
+        select(
+            Result.case_id,
+            Result.median_s,
+            Result.run_id,
+            Result.record["device"]["uuid"].as_string().label("card"),
+        ).where(
             Result.run_id.in_(list(at)),
             Result.case_id.in_(case_ids),
             Result.status == "pass",
@@ -65,18 +74,21 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
             Result.median_s.is_not(None),
         )
     ).all()
-    series: dict[str, list[tuple[int, float, int, str]]] = {}
-    for case_id, median, run_id in rows:
+    series: dict[str, list[tuple[int, float, int, str, str]]] = {}
+    for case_id, median, run_id, card in rows:
         if median is not None:
             sequence, sha = at[run_id]
-            series.setdefault(case_id, []).append((sequence, float(median), run_id, sha))
+            point = (sequence, float(median), run_id, sha, card or "")
+            series.setdefault(case_id, []).append(point)
     found: list[Regression] = []
     for case_id, points in series.items():
         points.sort()  # oldest first
-        for cp in detect([p[1] for p in points], lower_is_better=True, min_effect=min_effect):
+        # as if every point had been measured on one card (jobs/judging/cards.py)
+        levelled = level_cards([p[1] for p in points], [p[4] for p in points])
+        for cp in detect(levelled, lower_is_better=True, min_effect=min_effect):
             if cp.direction != CaseVerdict.REGRESSION.value:
                 continue
-            _, _, at_run, sha = points[cp.index]
+            _, _, at_run, sha, _ = points[cp.index]
             exists = session.scalar(
                 select(Regression.id).where(
                     Regression.run_id == at_run, Regression.case_id == case_id

@@ -11,10 +11,13 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Case, Commit, Regression, Result, Run
 from kernelwatch.db.store import get_or_create_repository
 from kernelwatch.jobs.judging.analysis import analyze
+from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.jobs.judging.history import scan_run
 
 
-def _history(session: Session, medians: list[float], trigger: str = "push") -> list[Run]:
+def _history(
+    session: Session, medians: list[float], trigger: str = "push", cards: list[str] | None = None
+) -> list[Run]:
     repo = get_or_create_repository(session, "lib", "/src/lib")
     session.add(Case(id="c1", suite="basic", kernel="softmax", backend="lib", params={}))
     runs = []
@@ -26,8 +29,11 @@ def _history(session: Session, medians: list[float], trigger: str = "push") -> l
                   status="succeeded", trigger=trigger, device_class="h100")  # fmt: skip
         session.add(run)
         session.flush()
+        record: dict[str, object] = {"suite": "basic", "kernel": "softmax"}
+        if cards is not None:
+            record["device"] = {"name": "NVIDIA H100", "uuid": cards[i]}
         session.add(Result(run_id=run.id, case_id="c1", status="pass", median_s=median,
-                           record={"suite": "basic", "kernel": "softmax"}))  # fmt: skip
+                           record=record))  # fmt: skip
         runs.append(run)
     session.flush()
     for run in runs:
@@ -59,3 +65,36 @@ def test_flat_history_and_pull_requests_give_nothing(session: Session) -> None:
     pr = runs[-1]
     pr.trigger = "pull_request"
     assert scan_run(session, pr, min_effect=0.0) == []
+
+
+def _uneven_cards(n: int) -> list[str]:
+    """Card A for the first half of the history, card B for the second, but for one
+    point of the other card in every six (so each block of the fit sees both)."""
+    return [
+        ("GPU-b" if i % 6 == 2 else "GPU-a") if i < n // 2 else ("GPU-a" if i % 6 == 4 else "GPU-b")
+        for i in range(n)
+    ]
+
+
+def test_a_slower_card_taking_over_the_history_is_not_a_step(session: Session) -> None:
+    rng = random.Random(5)
+    cards = _uneven_cards(48)
+    flat = _levels(rng, 48, 0, 0.0)
+    medians = [m * (1.03 if c == "GPU-b" else 1.0) for m, c in zip(flat, cards, strict=True)]
+    # read raw, the drift from card A to a card 3 % slower is a step of the gate's size
+    assert [cp.direction for cp in detect(medians, lower_is_better=True, min_effect=0.01)] == [
+        "regression"
+    ]
+    runs = _history(session, medians, cards=cards)
+    assert scan_run(session, runs[-1], min_effect=0.01) == []
+
+
+def test_a_real_step_is_still_found_across_cards(session: Session) -> None:
+    rng = random.Random(6)
+    cards = [rng.choice(["GPU-a", "GPU-b"]) for _ in range(24)]
+    steps = _levels(rng, 12, 12, 0.04)
+    medians = [m * (1.03 if c == "GPU-b" else 1.0) for m, c in zip(steps, cards, strict=True)]
+    runs = _history(session, medians, cards=cards)
+    found = scan_run(session, runs[-1], min_effect=0.01)
+    assert [(r.kind, r.run_id) for r in found] == [("changepoint", runs[12].id)]
+    assert found[0].ratio is not None and 1.02 < found[0].ratio < 1.06
