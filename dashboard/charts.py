@@ -25,6 +25,8 @@ METRICS = {
     "tflops": "TFLOP/s (higher is better)",
     "gbps": "GB/s (higher is better)",
     "pct": "% of the GPU's measured peak (higher is better)",
+    # accuracy beside time (issue 13): the output's error against the fp32 reference
+    "error": "relative L2 error against the reference (lower is better)",
 }
 VERSION_PREFIX = "version:"  # released versions are stored as pseudo-commits (jobs/planning/plan)
 
@@ -104,6 +106,12 @@ def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
         out["low"] = rate * med / hi_s
         out["high"] = rate * med / lo_s
         unit = {"tflops": "TFLOP/s", "gbps": "GB/s", "pct": "% of peak"}[metric]
+    elif metric == "error":
+        error = out["rel_l2"] if "rel_l2" in out else pd.Series(np.nan, index=out.index)
+        out["value"] = error.astype(float)
+        # one check per point: no interval, the band collapses onto the line
+        out["low"] = out["high"] = out["value"]
+        unit = "rel. L2"
     else:
         typical = float(np.nanmedian(med)) if med.notna().any() else math.nan
         unit, factor = fmt.time_unit(typical)

@@ -61,6 +61,7 @@ def render(url: str) -> None:
             "tflops": "TFLOP/s",
             "gbps": "GB/s",
             "pct": "% of peak",
+            "error": "rel. L2 error",
         }[m],
     )
     cases = cached.cases_for(url, repo, device)

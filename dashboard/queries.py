@@ -354,6 +354,7 @@ def trend(
             Result.tflops,
             Result.gbps,
             Result.record["throughput"]["pct_of_peak"].as_float().label("pct_of_peak"),
+            Result.record["correctness"]["errors"]["rel_l2"].as_float().label("rel_l2"),
             Result.reliable,
             Result.ratio,
             Result.error,

@@ -222,6 +222,16 @@ def test_trend_marks_broken_and_throttled_points(db: tuple[str, History]) -> Non
     assert points.columns[5] == "median [TFLOP/s]"
 
 
+def test_trend_draws_the_error_against_the_reference_beside_time(db: tuple[str, History]) -> None:
+    _, h = db
+    at = open_page("trend", repo=h.repository_id, device="h100", case=h.gemm_case, metric="error")
+    points = frames(at)[0]
+    assert points.columns[5] == "median [rel. L2]"
+    # the records' correctness.errors.rel_l2: 1e-3 while correct, 0.4 at the broken commit
+    assert list(points["median [rel. L2]"]) == pytest.approx([1e-3, 1e-3, 1e-3, 0.4])
+    assert list(points["point"]) == ["ok", "ok", "ok", "broken"]
+
+
 def test_trend_slice_of_the_shape_grid(db: tuple[str, History]) -> None:
     _, h = db
     at = open_page(
