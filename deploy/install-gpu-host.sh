@@ -268,6 +268,16 @@ else
     log "keeping $env_target"
 fi
 
+# The worker confines code under test with bubblewrap and refuses to run it without
+# (worker/sandbox.py fails closed): a host without bwrap would fail every run. The
+# mode is read from the environment file as data (the last KW_SANDBOX= line wins).
+sandbox_mode=$(sed -n 's/^KW_SANDBOX=//p' -- "$env_target" | tail -n 1 | tr -d "\"' " | tr '[:upper:]' '[:lower:]')
+if [[ ${sandbox_mode:-bwrap} != none ]] && ! command -v bwrap >/dev/null; then
+    die "bubblewrap (bwrap) is not installed, and the worker runs code under test inside it" \
+        "(KW_SANDBOX=${sandbox_mode:-bwrap} in $env_target, docs/security.md):" \
+        "apt-get install bubblewrap, or set KW_SANDBOX=none for trusted code only"
+fi
+
 # ------------------------------------------------------------------ unit files
 mkdir -p -- "$systemd_dir" "$systemd_dir/$WANTED_BY.wants"
 units_changed=0

@@ -607,9 +607,11 @@ class Host:
         self.bin.mkdir(parents=True)
         self.source = source
 
-    def install(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def install(
+        self, *args: str, check: bool = True, path: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = {
-            "PATH": f"{self.bin}:{os.environ['PATH']}",
+            "PATH": f"{self.bin}:{path or os.environ['PATH']}",
             "HOME": str(self.root),
             "PIP_NO_INDEX": "1",  # no network: everything comes from the stub or wheelhouse
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -776,6 +778,32 @@ def test_installer_fails_when_nvidia_smi_fails(host: Host) -> None:
     assert result.returncode != 0
     assert "nvidia-smi -L failed" in result.stderr
     assert not host.systemd.exists()
+
+
+def _path_without(tmp_path: Path, tool: str) -> str:
+    """A PATH with every command of this one but ``tool`` (links in one folder)."""
+    folder = tmp_path / f"path-without-{tool}"
+    folder.mkdir()
+    for d in os.environ["PATH"].split(os.pathsep):
+        for exe in Path(d).glob("*") if Path(d).is_dir() else []:
+            link = folder / exe.name
+            if exe.name != tool and not link.exists() and os.access(exe, os.X_OK):
+                link.symlink_to(exe)
+    return str(folder)
+
+
+def test_installer_refuses_a_host_without_bubblewrap(host: Host, tmp_path: Path) -> None:
+    # the worker would fail every run closed: say so at install time, with the fix
+    path = _path_without(tmp_path, "bwrap")
+    result = host.install("--gpus", "0", check=False, path=path)
+    assert result.returncode != 0
+    assert "bubblewrap (bwrap) is not installed" in result.stderr
+    assert "apt-get install bubblewrap" in result.stderr
+    assert not host.systemd.exists()
+    # trusted code only, said in the environment file: the host installs
+    trusted = tmp_path / "trusted.env"
+    trusted.write_text((REPO / "deploy" / ".env.example").read_text() + "KW_SANDBOX=none\n")
+    host.install("--gpus", "0", "--env-file", str(trusted), path=path)
 
 
 def _wheel_sha256(path: Path) -> str:
