@@ -94,8 +94,9 @@ def history(
     culprit: int,
     broken_build: int | None,
     toml: str,
+    count: int = 64,
 ) -> list[str]:
-    """64 commits, oldest first: ``bad`` code from ``culprit`` on, one unbuildable commit."""
+    """``count`` commits, oldest first: ``bad`` code from ``culprit`` on, one unbuildable."""
     files = {
         f"{name}/__init__.py": good,
         ".kernelwatch.toml": toml,
@@ -103,7 +104,7 @@ def history(
         "NOTES": "0\n",
     }
     shas = [make_repo(path, files, "commit 0")]
-    for i in range(1, 64):
+    for i in range(1, count):
         changes = {"NOTES": f"{i}\n"}
         if i == culprit:
             changes[f"{name}/__init__.py"] = bad
@@ -112,7 +113,7 @@ def history(
         if broken_build is not None and i == broken_build + 1:
             changes["pyproject.toml"] = PYPROJECT.format(name=name)
         shas.append(make_repo(path, changes, f"commit {i}"))
-    assert git(path, "rev-list", "--count", "HEAD") == "64"
+    assert git(path, "rev-list", "--count", "HEAD") == str(count)
     return shas
 
 
@@ -233,7 +234,8 @@ def test_a_bisection_outlives_its_worker_and_a_second_request_joins_it(
 ) -> None:
     src = tmp_path / "restartkern"
     toml = TOML.format(name="restartkern", what="5x change", threshold=4.0)
-    shas = history(src, "restartkern", MATMUL_GOOD, MATMUL_SPLIT_K, 50, None, toml)
+    # 16 commits: what is under test is the restart and the join, not the search's length
+    shas = history(src, "restartkern", MATMUL_GOOD, MATMUL_SPLIT_K, 11, None, toml, count=16)
     args = [str(src), "--good", shas[0], "--bad", shas[-1], "--kernel", "matmul"]
     args += ["--pairs", "1", "--block-budget", "0.3"]
     started = run_cli("bisect", *args, env=stack.env, timeout=300)  # no --wait: one step
@@ -262,7 +264,7 @@ def test_a_bisection_outlives_its_worker_and_a_second_request_joins_it(
     row = _report(stack, result, wall, shas)
     assert row.id == bid
     culprit = result["culprit"]
-    assert isinstance(culprit, dict) and culprit["sha"] == shas[50]
+    assert isinstance(culprit, dict) and culprit["sha"] == shas[11]
     with stack.factory() as s:
         steps = s.scalars(select(Bisection).where(Bisection.id == bid)).one().steps
         workers = [s.get(Run, st.run_id).worker or "" for st in steps]  # type: ignore[union-attr]
