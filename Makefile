@@ -21,13 +21,21 @@ install: $(STAMP)
 demo: install
 	$(BIN)/kernelwatch demo
 
-# Two test processes (CI has 2 cores; most end-to-end tests wait on workers and
-# subprocesses); a file's tests stay together (--dist loadfile). Tests marked serial
-# (pytest-benchmark fixtures, the new-user browser session, the bisection end-to-end
-# files with their several workers) run after, in one process. --durations names the
-# slowest tests, so a CI run that grows says where. PYTEST_ARGS adds more options to both.
+# Two test processes at once (CI has 2 cores; most end-to-end tests wait on workers and
+# subprocesses): one runs the files marked crowd (many worker and side processes each:
+# fleet, paired pipeline, demo, bisections) one after another, so no two of them share
+# the machine; the other runs the rest. Each has a Redis database of its own; the crowd
+# half's output follows the other's. Tests marked serial (pytest-benchmark fixtures, the
+# new-user browser session) run after, alone. --durations names the slowest tests, so
+# a CI run that grows says where. PYTEST_ARGS adds more options to all three.
 test: install check
-	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS)
+	mkdir -p test-artifacts
+	KW_TEST_REDIS_DB=13 $(BIN)/pytest -m "crowd and not serial" --durations=15 $(PYTEST_ARGS) \
+	  >test-artifacts/crowd.log 2>&1 & crowd=$$!; \
+	KW_TEST_REDIS_DB=12 $(BIN)/pytest -m "not crowd and not serial" --durations=15 $(PYTEST_ARGS); \
+	rest=$$?; wait $$crowd; crowded=$$?; \
+	echo "== the crowd half (test-artifacts/crowd.log)"; cat test-artifacts/crowd.log; \
+	test $$rest -eq 0 && test $$crowded -eq 0
 	$(BIN)/pytest -m serial --durations=10 $(PYTEST_ARGS)
 
 check: lint typecheck

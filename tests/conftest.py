@@ -143,13 +143,18 @@ def session(db_url: str) -> Iterator[Session]:
 
 @pytest.fixture
 def redis_db_url() -> Iterator[str]:
-    """A Redis database of its own (1..15 by xdist worker, else by pid), flushed before use."""
+    """A Redis database of its own, flushed before use: ``KW_TEST_REDIS_DB`` (make test's
+    two pytest processes get one each), else 1..15 by xdist worker, else by pid."""
     import redis
 
-    # under pytest-xdist each worker (gw0, gw1, ...) owns one database: pids could collide
+    # each test process owns one database: pids could collide
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
-    url = f"{REDIS_URL}/{(index if index is not None else os.getpid()) % 15 + 1}"
+    chosen = os.environ.get("KW_TEST_REDIS_DB", "")
+    if chosen.isdigit():
+        url = f"{REDIS_URL}/{int(chosen)}"
+    else:
+        url = f"{REDIS_URL}/{(index if index is not None else os.getpid()) % 15 + 1}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url

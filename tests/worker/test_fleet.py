@@ -42,7 +42,7 @@ from kernelwatch.jobs.planning.plan import RunRequest, plan
 from tests.conftest import create_pg_database, drop_pg_database
 from tests.helpers import make_repo
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.crowd]
 
 HOST = socket.gethostname()
 

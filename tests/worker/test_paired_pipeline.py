@@ -27,7 +27,7 @@ from tests.conftest import run_cli
 from tests.helpers import BAD_KERNELS, git, library_files, make_repo
 from tests.jobs.cli.test_pipeline import GOOD_INIT, Env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.crowd]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from kernelwatch.db.models import Regression, Result, Run
 from kernelwatch.db.session import engine_for
 from tests.conftest import create_pg_database, drop_pg_database, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.crowd]
 
 
 def test_demo_on_redis_and_postgres_names_the_slow_and_the_broken_commit(

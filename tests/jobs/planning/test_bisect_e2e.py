@@ -34,9 +34,9 @@ from kernelwatch.jobs.cli.processes import start_worker, stop
 from tests.conftest import create_pg_database, drop_pg_database, run_cli
 from tests.helpers import PYPROJECT, git, make_repo
 
-# serial: several Celery workers and sandboxed builds each; beside another file's
+# crowd: several Celery workers and sandboxed builds each; beside another file's
 # multi-process tests on the 2-core CI machine they pushed paired runs past their waits
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.crowd]
 
 TOML = """
 [library]

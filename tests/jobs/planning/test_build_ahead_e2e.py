@@ -34,9 +34,9 @@ from kernelwatch.worker.venvs import MARKER
 from tests.conftest import create_pg_database, drop_pg_database
 from tests.jobs.planning.test_bisect_e2e import MATMUL_GOOD, MATMUL_SPLIT_K, TOML, history
 
-# serial: several Celery workers and sandboxed builds each; beside another file's
+# crowd: several Celery workers and sandboxed builds each; beside another file's
 # multi-process tests on the 2-core CI machine they pushed paired runs past their waits
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.serial]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.crowd]
 
 
 @pytest.fixture
