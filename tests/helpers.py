@@ -80,6 +80,31 @@ def matmul(a, b, out):
 """
 
 
+# A torch matmul library for the accuracy tests: right, and a fork whose K is split in 8
+# chunks, each rounded to the output dtype and accumulated in it, the realistic bug
+# found on the H200 (rel-L2 2.4x the correct kernel's, still inside the absolute bound).
+MATMUL_GOOD = """
+import torch
+
+
+def matmul(a, b, out):
+    out.copy_((a.float() @ b.float()).to(out.dtype))
+"""
+MATMUL_SPLIT_K = """
+import torch
+
+
+def matmul(a, b, out):
+    k = a.shape[1]
+    step = -(-k // 8)
+    acc = torch.zeros(out.shape, dtype=out.dtype)
+    for s in range(0, k, step):
+        part = (a[:, s:s + step].float() @ b[s:s + step].float()).to(out.dtype)
+        acc = (acc.float() + part.float()).to(out.dtype)
+    out.copy_(acc)
+"""
+
+
 def library_files(name: str, init: str, recipe: str = "pip") -> dict[str, str]:
     return {
         f"{name}/__init__.py": init,

@@ -29,6 +29,7 @@ from kernelwatch.kernels.verdict import (
     confirm_accuracy,
     excluded_effect,
 )
+from tests.helpers import MATMUL_GOOD, MATMUL_SPLIT_K
 
 BF16_ROUNDOFF = 2.0**-8
 
@@ -167,27 +168,8 @@ def test_a_throttled_measurement_never_makes_a_regression() -> None:
 
 # --------------------------------------------------------------------------- bench-paired
 
-GOOD = """
-import torch
-
-def matmul(a, b, out):
-    out.copy_((a.float() @ b.float()).to(out.dtype))
-"""
-
-# K split in 8 chunks, each rounded to the output dtype and accumulated in it: the
-# realistic bug the issue found on the H200 (rel-L2 2.4x, still inside the bound)
-SPLIT_K = """
-import torch
-
-def matmul(a, b, out):
-    k = a.shape[1]
-    step = -(-k // 8)
-    acc = torch.zeros(out.shape, dtype=out.dtype)
-    for s in range(0, k, step):
-        part = (a[:, s:s + step].float() @ b[s:s + step].float()).to(out.dtype)
-        acc = (acc.float() + part.float()).to(out.dtype)
-    out.copy_(acc)
-"""
+# the right matmul and the split-K fork (tests/helpers.py, shared with the bisection tests)
+GOOD, SPLIT_K = MATMUL_GOOD, MATMUL_SPLIT_K
 
 # wrong (or split-K) the first time any process of the test calls it, right afterwards
 ONCE = (

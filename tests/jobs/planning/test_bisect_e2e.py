@@ -32,7 +32,7 @@ from kernelwatch.db.models import Run
 from kernelwatch.db.session import engine_for, make_engine
 from kernelwatch.jobs.cli.processes import start_worker, stop
 from tests.conftest import create_pg_database, drop_pg_database, run_cli
-from tests.helpers import PYPROJECT, git, make_repo
+from tests.helpers import MATMUL_GOOD, MATMUL_SPLIT_K, PYPROJECT, git, make_repo
 
 # crowd: several Celery workers and sandboxed builds each; beside another file's
 # multi-process tests on the 2-core CI machine they pushed paired runs past their waits
@@ -60,29 +60,6 @@ from kernelwatch.kernels.triton_kernels import softmax as _softmax
 def softmax(x, out):
     for _ in range(3):  # the same kernel three times: a 3x slowdown
         _softmax(x, out)
-"""
-
-MATMUL_GOOD = """
-import torch
-
-
-def matmul(a, b, out):
-    out.copy_((a.float() @ b.float()).to(out.dtype))
-"""
-# K split in 8 chunks, each rounded to the output dtype and accumulated in it
-# (tests/kernels/test_paired_accuracy.py: inside the bound, rel-L2 2.4x the baseline's)
-MATMUL_SPLIT_K = """
-import torch
-
-
-def matmul(a, b, out):
-    k = a.shape[1]
-    step = -(-k // 8)
-    acc = torch.zeros(out.shape, dtype=out.dtype)
-    for s in range(0, k, step):
-        part = (a[:, s:s + step].float() @ b[s:s + step].float()).to(out.dtype)
-        acc = (acc.float() + part.float()).to(out.dtype)
-    out.copy_(acc)
 """
 
 

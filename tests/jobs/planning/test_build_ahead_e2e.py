@@ -32,7 +32,8 @@ from kernelwatch.jobs.planning.broker import make_celery
 from kernelwatch.jobs.planning.queues import BUILD_QUEUE
 from kernelwatch.worker.venvs import MARKER
 from tests.conftest import create_pg_database, drop_pg_database
-from tests.jobs.planning.test_bisect_e2e import MATMUL_GOOD, MATMUL_SPLIT_K, TOML, history
+from tests.helpers import MATMUL_GOOD, MATMUL_SPLIT_K
+from tests.jobs.planning.test_bisect_e2e import TOML, history
 
 # crowd: several Celery workers and sandboxed builds each; beside another file's
 # multi-process tests on the 2-core CI machine they pushed paired runs past their waits
