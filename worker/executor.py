@@ -103,10 +103,14 @@ def execute(
                 mirror.sync()
             if not mirror.has_commit(sha):
                 raise CommitNotFound(f"commit {sha} not found in {source}")
-            table = served.parse_table(settings.repo_configs)
-            config = repoconfig.read_at(mirror, sha, table)  # the one read of this commit's file
+            # the one read of this commit's file
+            config = repoconfig.read_configured(mirror, sha, settings.repo_configs)
             _note_config(factory, run_id, config)
-            _note_served(factory, run_id, served.served_file(mirror.source, table))
+            _note_served(
+                factory,
+                run_id,
+                served.served_file(mirror.source, served.table(settings.repo_configs)),
+            )
             env, recipe = _commit_env(
                 factory, settings, run_id, mirror, sha, config.install, run_options, trigger
             )
@@ -254,8 +258,7 @@ def _paired_request(
     if not mirror.has_commit(baseline_sha):
         raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
     _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
-    table = served.parse_table(settings.repo_configs)
-    install = repoconfig.read_at(mirror, baseline_sha, table).install
+    install = repoconfig.read_configured(mirror, baseline_sha, settings.repo_configs).install
     base, _ = _commit_env(
         factory, settings, run_id, mirror, baseline_sha, install, options, trigger
     )

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.bisect import ACTIVE, Bisection
 from kernelwatch.db.config import Settings
 from kernelwatch.jobs.errors import CommitNotFound, ConfigError, InstallError, SourceError
-from kernelwatch.jobs.library import repoconfig, served
+from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.planning import bisect_driver, build_ahead
 from kernelwatch.jobs.planning.bisect import Limits
@@ -80,7 +80,7 @@ def prebuild(settings: Settings, source: str, sha: str, profile: str | None, tri
         if not mirror.has_commit(sha):
             raise CommitNotFound(f"commit {sha} not found in {source}")
         bisect_driver.require_main_history(mirror, sha)
-        install = repoconfig.read_at(mirror, sha, served.parse_table(settings.repo_configs)).install
+        install = repoconfig.read_configured(mirror, sha, settings.repo_configs).install
         env, recipe = commit_env(settings, mirror, sha, install, profile, trigger)
     except InstallError as exc:
         log.warning("build-ahead of %s failed (its step will skip it): %s", sha[:12], exc)

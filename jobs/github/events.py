@@ -66,7 +66,7 @@ from kernelwatch.jobs.github.client import GitHubError, check_full_name
 from kernelwatch.jobs.github.fields import PayloadError
 from kernelwatch.jobs.github.reporter import Reporter
 from kernelwatch.jobs.github.watched import Secrets, WatchedRepo
-from kernelwatch.jobs.library import repoconfig, served
+from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.planning import cancel
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, PlannedRun, RunRequest, plan
@@ -558,8 +558,8 @@ class WebhookHandler:
         pr_number: int | None,
     ) -> Outcome:
         try:
-            table = served.parse_table(self.settings.repo_configs)
-            config = repoconfig.read_at(mirror, head, table)  # the one read of the head's file
+            # the one read of the head's file
+            config = repoconfig.read_configured(mirror, head, self.settings.repo_configs)
         except ConfigError as exc:
             for sha in targets:
                 self.reporter.send_statuses(

@@ -52,29 +52,26 @@ def card_offsets(
     blocks = [i // block for i in range(len(values))]
     mixed = _mixed_blocks(blocks, cards)
     reference = max(counts, key=lambda c: (counts[c], c == "", c))
-    usable = {
+    shared = Counter(c for b, c in set(zip(blocks, cards, strict=True)) if b in mixed)
+    usable = [
         c
         for c, n in counts.items()
-        if c != reference
-        and n >= MIN_POINTS
-        and len({b for b, cc in zip(blocks, cards, strict=True) if cc == c and b in mixed})
-        >= MIN_SHARED
-    }
+        if c != reference and n >= MIN_POINTS and shared[c] >= MIN_SHARED
+    ]
+
+    def residuals(card: str, level: dict[int, float]) -> list[float]:
+        """The card's points in mixed blocks, against their block's level."""
+        pairs = zip(logs, blocks, cards, strict=True)
+        return [x - level[b] for x, b, c in pairs if c == card and b in mixed]
+
     offset = dict.fromkeys(counts, 0.0)
     for _ in range(ROUNDS):
         level = _block_levels(logs, blocks, cards, offset)
-        moved = 0.0
-        for c in usable:
-            residuals = [
-                x - level[b]
-                for x, b, cc in zip(logs, blocks, cards, strict=True)
-                if cc == c and b in mixed
-            ]
-            new = statistics.median(residuals) - _reference_shift(
-                logs, blocks, cards, level, reference, mixed
-            )
-            moved = max(moved, abs(new - offset[c]))
-            offset[c] = new
+        ref = residuals(reference, level)
+        shift = statistics.median(ref) if ref else 0.0  # offsets are relative to it
+        new = {c: statistics.median(residuals(c, level)) - shift for c in usable}
+        moved = max((abs(new[c] - offset[c]) for c in usable), default=0.0)
+        offset.update(new)
         if moved < 1e-6:
             break
     return {c: math.exp(o) for c, o in offset.items()}
@@ -100,23 +97,6 @@ def _block_levels(
     for x, b, c in zip(logs, blocks, cards, strict=True):
         grouped.setdefault(b, []).append(x - offset[c])
     return {b: statistics.median(xs) for b, xs in grouped.items()}
-
-
-def _reference_shift(
-    logs: Sequence[float],
-    blocks: Sequence[int],
-    cards: Sequence[str],
-    level: dict[int, float],
-    reference: str,
-    mixed: set[int],
-) -> float:
-    """Where the reference card sits against the block levels: offsets are relative to it."""
-    residuals = [
-        x - level[b]
-        for x, b, c in zip(logs, blocks, cards, strict=True)
-        if c == reference and b in mixed
-    ]
-    return statistics.median(residuals) if residuals else 0.0
 
 
 __all__ = ["BLOCK", "card_offsets", "level_cards"]

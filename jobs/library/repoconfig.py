@@ -62,6 +62,7 @@ from kernelwatch.jobs.library.config_model import (
     shown,
 )
 from kernelwatch.jobs.library.served import read_served, served_file
+from kernelwatch.jobs.library.served import table as served_table
 
 if TYPE_CHECKING:
     from kernelwatch.jobs.library.mirror import Mirror
@@ -91,6 +92,12 @@ def read_at(mirror: Mirror, sha: str, served: Mapping[str, Path] | None = None) 
     if path is not None:
         return parse(read_served(path, mirror.source), name=str(path))
     return parse(mirror.read_file(sha, FILE))
+
+
+def read_configured(mirror: Mirror, sha: str, repo_configs: str | None) -> RepoConfig:
+    """``read_at`` with the service's files from ``Settings.repo_configs`` (``KW_REPO_CONFIGS``):
+    the one call planner, worker, bisection and build-ahead make."""
+    return read_at(mirror, sha, served_table(repo_configs))
 
 
 def parse(text: str | None, name: str = FILE) -> RepoConfig:

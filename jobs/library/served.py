@@ -22,9 +22,11 @@ runs needs it at the same path.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from kernelwatch.jobs.errors import ConfigError
 from kernelwatch.jobs.library.mapping import parse_mapping
@@ -53,6 +55,12 @@ def parse_table(text: str | None) -> dict[str, Path]:
     return table
 
 
+@functools.lru_cache(maxsize=8)
+def table(text: str | None) -> Mapping[str, Path]:
+    """``parse_table`` of the setting's text, parsed once per text (every run reads it)."""
+    return MappingProxyType(parse_table(text))
+
+
 def served_file(source: str, table: Mapping[str, Path] | None) -> Path | None:
     """The service-side file for ``source``, or None when the repository's own is used."""
     if not table:
@@ -68,4 +76,4 @@ def read_served(path: Path, source: str) -> str:
         raise ConfigError(f"{VARIABLE}: cannot read {path} (for {source}): {exc}") from exc
 
 
-__all__ = ["VARIABLE", "parse_table", "read_served", "served_file", "source_key"]
+__all__ = ["VARIABLE", "parse_table", "read_served", "served_file", "source_key", "table"]

@@ -84,9 +84,7 @@ def start(factory: sessionmaker[Session], settings: Settings, req: BisectRequest
     mirror = Mirror(settings.data_dir / "mirrors", req.source)
     mirror.sync()
     commits = first_parent_commits(mirror, mirror.resolve(req.good), mirror.resolve(req.bad))
-    commits = commits_that_build_differently(
-        mirror, commits, served.parse_table(settings.repo_configs)
-    )
+    commits = commits_that_build_differently(mirror, commits, served.table(settings.repo_configs))
     with factory() as session, session.begin():
         repo = get_or_create_repository(session, repository_name(mirror.source), mirror.source)
         joined = store.active_for_range(
