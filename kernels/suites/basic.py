@@ -7,7 +7,7 @@ mishandles its padding lanes fails.
 
 Calling convention: inputs, then ``out`` (``softmax(x, out)``, ``rmsnorm(x, w,
 eps, out)``). An implementation fills ``out``, or returns a tensor of its own:
-a returned tensor that is not ``out`` is the output checked (``_kept``). Why:
+a returned tensor that is not ``out`` is the output checked (``common.kept``). Why:
 library APIs such as Liger-Kernel's allocate their output, and copying it into
 ``out`` inside the adapter would add a full pass over memory to what is timed.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from kernelwatch.kernels.suite import CaseSpec, Inputs
+from kernelwatch.kernels.suites.common import kept
 
 # Few rows: Triton's interpreter costs about 2-5 ms a row-program, and the CPU tests run
 # these cases hundreds of times (every paired block, every side's check); the row
@@ -87,7 +88,7 @@ def _softmax(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "softmax",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: _kept(i, fn(i["x"], i["out"])),
+        lambda fn, i: kept(i, fn(i["x"], i["out"])),
         ref,
         dtype,
         flops=5.0 * n,
@@ -113,7 +114,7 @@ def _rmsnorm(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "rmsnorm",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: _kept(i, fn(i["x"], i["w"], eps, i["out"])),
+        lambda fn, i: kept(i, fn(i["x"], i["w"], eps, i["out"])),
         ref,
         dtype,
         flops=4.0 * n,
@@ -137,7 +138,7 @@ def _matmul(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "matmul",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: _kept(i, fn(i["a"], i["b"], i["out"])),
+        lambda fn, i: kept(i, fn(i["a"], i["b"], i["out"])),
         ref,
         dtype,
         flops=2.0 * m * n * k,
@@ -180,19 +181,12 @@ def _attention(p: dict[str, Any], dtype: torch.dtype) -> CaseSpec:
         "attention",
         {**p, "dtype": _name(dtype)},
         make,
-        lambda fn, i: _kept(i, fn(i["q"], i["k"], i["v"], causal, scale, i["out"])),
+        lambda fn, i: kept(i, fn(i["q"], i["k"], i["v"], causal, scale, i["out"])),
         ref,
         dtype,
         flops=flops,
         bytes=nbytes,
     )
-
-
-def _kept(inputs: Inputs, result: Any) -> Any:
-    """What an implementation returned; a tensor other than ``out`` becomes ``out``."""
-    if isinstance(result, torch.Tensor) and result is not inputs["out"]:
-        inputs["out"] = result
-    return result
 
 
 def _size(dtype: torch.dtype) -> int:

@@ -39,7 +39,12 @@ def dtype_of(name: str) -> torch.dtype:
 
 def invoke(fn: Callable[[Inputs], Any], case: Inputs) -> Any:
     """Call ``fn(case)``; what it returns (if a tensor) becomes ``case["out"]``."""
-    result = fn(case)
+    return kept(case, fn(case))
+
+
+def kept(case: Inputs, result: Any) -> Any:
+    """``result``; a returned tensor other than ``case["out"]`` becomes ``case["out"]``, the
+    output checked (libraries such as Liger-Kernel allocate theirs: no copy is timed)."""
     if isinstance(result, torch.Tensor) and result is not case["out"]:
         case["out"] = result
     return result
