@@ -100,5 +100,9 @@ def configure(app: Celery, fleet: FleetConfig) -> None:
             # default sweeps every 10 s x 10 calls = 100 s).
             unacked_restore_interval=max(1, int(fleet.restore_interval_s)),
             unacked_restore_throttle=1,
+            # The sweep takes a lock in Redis; a worker killed while holding it would
+            # stop every sweep for kombu's default 300 s. A sweep takes milliseconds, so
+            # the lock lapses after two intervals instead.
+            unacked_mutex_expire=max(5, 2 * int(fleet.restore_interval_s)),
         )
         app.conf.broker_transport_options = options

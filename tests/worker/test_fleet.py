@@ -171,7 +171,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# CI's loaded 2-core machine has run these tests 1.2-4x slower than a development VM. A
+# wait that succeeds ends when its condition holds, so each wait gets twice its figure.
+WAIT_SLACK = 2.0
+
+
 def wait_until(what: str, cond: Callable[[], Any], timeout: float, every: float = 0.2) -> Any:
+    timeout *= WAIT_SLACK
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
@@ -437,7 +443,27 @@ class Fleet:
                 rows = s.scalars(select(Run.status).where(Run.id.in_(run_ids))).all()
             return len(rows) == len(run_ids) and all(r in states for r in rows)
 
-        wait_until(f"runs {run_ids[:5]}... to reach {states}", done, timeout, every=0.5)
+        try:
+            wait_until(f"runs {run_ids[:5]}... to reach {states}", done, timeout, every=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.post_mortem(run_ids)}") from None
+
+    def post_mortem(self, run_ids: list[int]) -> str:
+        """What a timed-out wait needs to be read on CI: the runs, the broker, the logs."""
+        lines = []
+        with self.factory() as s:
+            for run in s.scalars(select(Run).where(Run.id.in_(run_ids[:5]))):
+                lines.append(
+                    f"run {run.id}: {run.status} worker={run.worker} attempts={run.attempts}"
+                )
+        with contextlib.suppress(Exception), self.app.connection_for_write() as conn:
+            client = conn.default_channel.client
+            lines.append(f"unacked: {client.hlen('unacked')}, queue: {self.queue_depth()}")
+            lines.append(f"unacked_mutex ttl: {client.ttl('unacked_mutex')}")
+        for w in self.workers:
+            lines.append(f"---- {w.name} (exit {w.proc.poll()}): last lines of its log")
+            lines.extend(w.log_text().splitlines()[-25:])
+        return "\n".join(lines)
 
     def results(self, run_id: int) -> dict[str, Result]:
         with self.factory() as s:

@@ -293,6 +293,7 @@ def test_redis_workers_get_the_redelivery_and_time_limits() -> None:
     opts = app.conf.broker_transport_options
     assert opts["visibility_timeout"] == 30 and opts["unacked_restore_interval"] == 3
     assert opts["unacked_restore_throttle"] == 1
+    assert opts["unacked_mutex_expire"] == 6  # a dead sweeper's lock lapses in 2 intervals
     assert opts["queue_order_strategy"] == "priority"  # kept from make_celery
     assert app.conf.task_time_limit == f.time_limit_s
     assert app.conf.broker_connection_max_retries is None
@@ -306,6 +307,33 @@ SMI = """\
 1, GPU-22222222-bbbb, NVIDIA H100 80GB HBM3, 570.86.15, 345, 1980, 20000, 81559, 91, 0x48
 2, GPU-33333333-cccc, NVIDIA B200, 570.86.15, [N/A], [N/A], [N/A], [N/A], [N/A], [N/A]
 """
+
+
+def test_a_sweep_lock_left_by_a_killed_worker_lapses_within_two_intervals(
+    redis_db_url: str,
+) -> None:
+    # A worker killed mid-sweep leaves kombu's restore lock in Redis; with kombu's 300 s
+    # default no other worker could hand out the dead worker's message for 5 minutes.
+    app = make_celery(Settings(broker_url=redis_db_url))
+    env = {"KW_VISIBILITY_TIMEOUT_S": "1", "KW_RESTORE_INTERVAL_S": "1"}
+    fleetconfig.configure(app, fleetconfig.FleetConfig.from_settings(Settings(), environ=env))
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        channel.queue_declare("sweep-test", auto_delete=False)
+        message = channel.prepare_message("run 1")
+        channel.basic_publish(message, exchange="", routing_key="sweep-test")
+        taken = channel.basic_get("sweep-test", no_ack=False)  # now unacknowledged
+        assert taken is not None and channel.client.hlen(channel.unacked_key) == 1
+        # the killed worker's sweep took the lock as kombu's Mutex does, and never let go
+        lock = channel.client.lock(channel.unacked_mutex_key, timeout=channel.unacked_mutex_expire)
+        assert lock.acquire(blocking=False)
+        start = time.monotonic()
+        while channel._size("sweep-test") == 0 and time.monotonic() - start < 30:
+            channel.qos.restore_visible(num=10, interval=1)  # another worker's sweeps
+            time.sleep(0.2)
+        waited = time.monotonic() - start
+    assert channel.unacked_mutex_expire == 5  # the floor: 2 intervals would be 2 s
+    assert 4.0 < waited < 15.0, f"the message came back after {waited:.1f} s, not after ~5 s"
 
 
 def test_nvidia_smi_rows_parse_into_classes_and_problems() -> None:
