@@ -220,6 +220,27 @@ def _paired(tmp_path: Path, baseline: str, candidate: str, *args: str) -> dict[s
     return record
 
 
+def test_the_split_k_fork_is_inside_the_bound_and_beyond_the_margin_on_any_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bisection and paired tests draw a fresh seed per step: the fork must be
+    # ``less_accurate`` and never ``broken`` whatever the inputs (tests/helpers.py).
+    from kernelwatch.kernels.runner import checked_case
+    from kernelwatch.kernels.suites import basic
+
+    for name, code in (("goodmm", GOOD), ("splitmm", SPLIT_K)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (spec,) = [c for c in basic.build("smoke", torch.device("cpu")) if c.kernel == "matmul"]
+    for seed in range(0, 2**31, 2**31 // 400):
+        good = checked_case(spec, "goodmm", torch.device("cpu"), seed=seed)[2]
+        fork = checked_case(spec, "splitmm", torch.device("cpu"), seed=seed)[2]
+        assert good.passed and fork.passed, (seed, fork.detail)
+        decision = accuracy_verdict(good.errors, fork.errors)
+        assert decision.verdict == CaseVerdict.LESS_ACCURATE, (seed, decision.growth)
+
+
 def test_a_split_k_fork_inside_the_bound_is_less_accurate_and_confirmed(tmp_path: Path) -> None:
     record = _paired(tmp_path, GOOD, SPLIT_K, "--seed", "7")
     paired = record["paired"]
