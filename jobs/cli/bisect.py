@@ -16,8 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_bisection
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 NAME = "bisect"
 
@@ -57,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def handle(args: argparse.Namespace) -> int:
     from kernelwatch.db.bisect import DEFAULT_BUDGET_S, Bisection
     from kernelwatch.jobs.cli.common import factory, settings
-    from kernelwatch.jobs.cli.run import unknown_suites
+    from kernelwatch.jobs.cli.run import unknown_suites, warn_without_worker
     from kernelwatch.jobs.planning import bisect_driver as driver
     from kernelwatch.jobs.planning.broker import make_celery
     from kernelwatch.jobs.planning.queues import local_device_class
@@ -95,6 +99,9 @@ def handle(args: argparse.Namespace) -> int:
     print(f"bisection {bid}", file=sys.stderr)
     app = make_celery(s)
     status = driver.advance(sessions, s, app, bid)
+    queue = _step_queue(sessions, bid)
+    if queue is not None:  # its steps are ordinary runs: without a worker they only wait
+        warn_without_worker(sessions, queue, NAME)
     if args.wait:
         status = driver.wait(sessions, s, app, bid, args.timeout)
     with sessions() as session:
@@ -113,6 +120,19 @@ def handle(args: argparse.Namespace) -> int:
         why = reason or ("timed out" if status == "running" else status)
         return fail(NAME, f"bisection {bid} {status}: {why}", code)
     return code
+
+
+def _step_queue(sessions: sessionmaker[Session], bid: int) -> str | None:
+    """The queue of the bisection's newest step run (None before its first step)."""
+    from kernelwatch.db.bisect import Bisection
+    from kernelwatch.db.models import Run
+
+    with sessions() as session:
+        row = session.get(Bisection, bid)
+        if row is None or not row.steps:
+            return None
+        run = session.get(Run, row.steps[-1].run_id)
+        return run.queue if run is not None else None
 
 
 def _text(bid: int, status: str, reason: str, summary: dict[str, object]) -> str:

@@ -193,8 +193,11 @@ def unknown_suites(names: Sequence[str]) -> str:
     return f"unknown suite {', '.join(map(repr, bad))}; suites: {', '.join(known)}"
 
 
-def warn_without_worker(sessions: sessionmaker[Session], queue: str) -> bool:
-    """Warn on stderr when no live worker consumes ``queue``; True if one does."""
+def warn_without_worker(sessions: sessionmaker[Session], queue: str, command: str = NAME) -> bool:
+    """Warn on stderr when no live worker consumes ``queue``; True if one does.
+
+    ``command``: whose warning it is (``run``, ``bisect``): both queue runs a worker takes.
+    """
     from kernelwatch.db.fleet import live_workers
 
     with sessions() as session:
@@ -205,7 +208,7 @@ def warn_without_worker(sessions: sessionmaker[Session], queue: str) -> bool:
         ]
     if not serving:
         print(
-            f"kernelwatch run: warning: no live worker serves queue {queue!r}; the runs wait "
+            f"kernelwatch {command}: warning: no live worker serves queue {queue!r}; the runs wait "
             "until one does (start `kernelwatch worker`, or `kernelwatch serve` on one machine)",
             file=sys.stderr,
         )

@@ -245,6 +245,20 @@ def test_the_command_line_says_what_it_needs_and_what_it_cannot_cancel(tmp_path:
     assert proc.returncode == 2 and "bisection 999 is not running" in proc.stderr
 
 
+def test_the_command_line_warns_when_no_worker_would_take_the_steps(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    from tests.conftest import run_cli
+
+    src = tmp_path / "lib"
+    shas = [make_repo(src, {"k.py": f"{i}\n"}, f"commit {i}") for i in range(4)]
+    env = {"KW_DATABASE_URL": sqlite_url, "KW_DATA_DIR": str(tmp_path / "kw")}
+    args = ["bisect", str(src), "--good", shas[0], "--bad", shas[-1], "--device-class", "cpu"]
+    proc = run_cli(*args, "--wait", "--timeout", "1", env=env, timeout=120)
+    assert "kernelwatch bisect: warning: no live worker serves queue 'cpu'" in proc.stderr
+    assert proc.returncode == 2 and "timed out" in proc.stderr, proc.stderr
+
+
 def test_commits_that_change_no_build_input_are_left_out_of_the_range(
     db_url: str, tmp_path: Path
 ) -> None:
