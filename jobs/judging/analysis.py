@@ -39,7 +39,8 @@ def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
     judged = []
     if analyze(session, run, settings):
         judged.append(run)
-        history.scan_run(session, run, run_thresholds(run, settings).default)
+        for step in history.scan_run(session, run, run_thresholds(run, settings).default):
+            bisect_trigger.on_change_point(session, step)  # a step over several commits
     if run.commit is not None:
         waiting = session.scalars(
             select(Run).where(

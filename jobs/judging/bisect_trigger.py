@@ -7,11 +7,20 @@ list yet; the driver (``jobs/planning/bisect_driver.py``, in the API process or 
 waiting command) reads the range from git and takes the steps. So a worker never
 plans runs and never needs the broker or GitHub for this.
 
-When: a push or nightly run (main history: pull requests are never bisected from
-here) whose verdict is ``fail`` with a regression, ``less_accurate`` or broken case,
-and whose baseline commit is more than one first-parent commit back (a push of
-several commits, a nightly run). A baseline one commit back needs no search: the
-commit is the culprit. A second trigger of the same range joins the first.
+When:
+
+- a push or nightly run (main history: pull requests are never bisected from here)
+  whose verdict is ``fail`` with a regression, ``less_accurate`` or broken case, and
+  whose baseline commit is more than one first-parent commit back (a push of several
+  commits, a nightly run) (:func:`on_judged`);
+- a change point in the history (``history.scan_run``) at a push or nightly run whose
+  case was last measured more than one first-parent commit earlier
+  (:func:`on_change_point`). The step was seen across separate runs, not paired, so
+  that bisection first measures bad against good (``establish``): a step the paired
+  comparison does not repeat ends the bisection with no culprit instead of blaming one.
+
+A range one commit long needs no search: the commit is the culprit. A second trigger
+of the same range joins the first.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db import bisect as store
 from kernelwatch.db.bisect import Bisection
-from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.jobs.judging.history import CHANGEPOINT, HISTORY_TRIGGERS
 from kernelwatch.kernels.verdict import BLOCKING, RunVerdict
 
 MAIN_TRIGGERS = ("push", "nightly")
@@ -41,13 +51,61 @@ def on_judged(session: Session, run: Run) -> Bisection | None:
             Commit.repository_id == run.repository_id, Commit.sha == run.baseline_sha
         )
     ).first()
-    if base is None or base.sequence is None or run.commit.sequence is None:
+    if base is None:
         return None
-    if run.commit.sequence - base.sequence <= 1:
+    # the run itself found bad worse than good: no establishing step
+    return _record(session, run, base, moved, establish=False)
+
+
+def on_change_point(session: Session, regression: Regression) -> Bisection | None:
+    """Record a bisection for a history change point if it spans several commits."""
+    if regression.kind != CHANGEPOINT:
+        return None
+    run = session.get(Run, regression.run_id)
+    if run is None or run.trigger not in MAIN_TRIGGERS or run.options.bisection_id is not None:
+        return None
+    if run.commit is None or run.commit.sequence is None:
+        return None
+    moved = [r for r in run.results if r.case_id == regression.case_id]
+    good = _last_measured_before(session, run, regression.case_id, run.commit.sequence)
+    if not moved or good is None:
+        return None
+    return _record(session, run, good, moved, establish=True)
+
+
+def _last_measured_before(session: Session, run: Run, case_id: str, sequence: int) -> Commit | None:
+    """The newest commit before ``sequence`` whose history run measured ``case_id``."""
+    return session.scalars(
+        select(Commit)
+        .join(Run, Run.commit_id == Commit.id)
+        .join(Result, Result.run_id == Run.id)
+        .where(
+            Run.repository_id == run.repository_id,
+            Run.device_class == run.device_class,
+            Run.trigger.in_(HISTORY_TRIGGERS),
+            Run.status == "succeeded",
+            Result.case_id == case_id,
+            Result.status == "pass",
+            Commit.sequence < sequence,
+        )
+        .order_by(Commit.sequence.desc())
+        .limit(1)
+    ).first()
+
+
+def _record(
+    session: Session, run: Run, good: Commit, moved: list[Result], *, establish: bool
+) -> Bisection | None:
+    """The bisection of ``good..run.commit`` on ``moved``'s cases, joined or new; None when
+    the range is one commit (that commit is the culprit) or its order is unknown."""
+    bad = run.commit
+    if bad is None or good.sequence is None or bad.sequence is None:
+        return None
+    if bad.sequence - good.sequence <= 1:
         return None
     pattern = ",".join(sorted({r.case_id for r in moved}))
     joined = store.active_for_range(
-        session, run.repository_id, base.sha, run.commit.sha, run.device_class, pattern
+        session, run.repository_id, good.sha, bad.sha, run.device_class, pattern
     )
     if joined is not None:
         return joined
@@ -58,8 +116,8 @@ def on_judged(session: Session, run: Run) -> Bisection | None:
     github = run.options.github
     row = Bisection(
         repository_id=run.repository_id,
-        good_sha=base.sha,
-        bad_sha=run.commit.sha,
+        good_sha=good.sha,
+        bad_sha=bad.sha,
         commits=[],  # read from git by the driver
         case_pattern=pattern,
         device_class=run.device_class,
@@ -67,7 +125,7 @@ def on_judged(session: Session, run: Run) -> Bisection | None:
         bench_args=bench_args,
         trigger="auto",
         origin_run_id=run.id,
-        establish=False,  # the run itself found bad worse than good
+        establish=establish,
         budget_s=store.DEFAULT_BUDGET_S,
         full_name=github.repository if github is not None else None,
     )
@@ -76,4 +134,4 @@ def on_judged(session: Session, run: Run) -> Bisection | None:
     return row
 
 
-__all__ = ["MAIN_TRIGGERS", "on_judged"]
+__all__ = ["MAIN_TRIGGERS", "on_change_point", "on_judged"]

@@ -7,22 +7,29 @@ import random
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Case, Commit, Regression, Result, Run
 from kernelwatch.db.store import get_or_create_repository
-from kernelwatch.jobs.judging.analysis import analyze
+from kernelwatch.jobs.judging import bisect_trigger
+from kernelwatch.jobs.judging.analysis import analyze, analyze_ready
 from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.jobs.judging.history import scan_run
 
 
 def _history(
-    session: Session, medians: list[float], trigger: str = "push", cards: list[str] | None = None
+    session: Session,
+    medians: list[float],
+    trigger: str = "push",
+    cards: list[str] | None = None,
+    every: int = 1,
 ) -> list[Run]:
+    """One run per measured commit; ``every``: first-parent commits between measurements."""
     repo = get_or_create_repository(session, "lib", "/src/lib")
     session.add(Case(id="c1", suite="basic", kernel="softmax", backend="lib", params={}))
     runs = []
     for i, median in enumerate(medians):
-        commit = Commit(repository_id=repo.id, sha=f"{i:040x}", sequence=i + 1)
+        commit = Commit(repository_id=repo.id, sha=f"{i:040x}", sequence=every * i + 1)
         session.add(commit)
         session.flush()
         run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"],
@@ -57,6 +64,37 @@ def test_a_step_on_main_is_recorded_once_at_the_commit_it_starts(session: Sessio
     assert analyze(session, runs[10], Settings())
     kinds = session.scalars(select(Regression.kind).where(Regression.run_id == runs[10].id))
     assert list(kinds) == ["changepoint"]
+
+
+def test_a_step_between_nightly_measurements_asks_for_an_establishing_bisection(
+    session: Session,
+) -> None:
+    # nightly: 5 first-parent commits between measured ones, a +4 % step at run 10
+    runs = _history(session, _levels(random.Random(3), 10, 8, 0.04), "nightly", every=5)
+    (step,) = scan_run(session, runs[-1], min_effect=0.02)
+    row = bisect_trigger.on_change_point(session, step)
+    assert row is not None and row.trigger == "auto" and row.origin_run_id == runs[10].id
+    assert (row.good_sha, row.bad_sha) == (runs[9].commit.sha, runs[10].commit.sha)  # type: ignore[union-attr]
+    assert row.case_pattern == "c1" and row.bench_args == ["--kernel", "softmax"]
+    assert row.establish  # seen across runs, not paired: bad against good comes first
+    assert bisect_trigger.on_change_point(session, step).id == row.id  # type: ignore[union-attr]
+
+
+def test_a_change_point_one_commit_after_the_last_measurement_needs_no_bisection(
+    session: Session,
+) -> None:
+    runs = _history(session, _levels(random.Random(3), 10, 8, 0.04), "push", every=1)
+    (step,) = scan_run(session, runs[-1], min_effect=0.02)
+    assert step.run_id == runs[10].id
+    assert bisect_trigger.on_change_point(session, step) is None  # that commit did it
+    assert session.scalars(select(Bisection)).all() == []
+
+
+def test_the_judging_of_a_run_turns_its_history_step_into_a_bisection(session: Session) -> None:
+    runs = _history(session, _levels(random.Random(3), 10, 8, 0.04), "push", every=3)
+    assert analyze_ready(session, runs[-1], Settings(regression_threshold=0.02))
+    (row,) = session.scalars(select(Bisection)).all()
+    assert (row.good_sha, row.bad_sha) == (runs[9].commit.sha, runs[10].commit.sha)  # type: ignore[union-attr]
 
 
 def test_flat_history_and_pull_requests_give_nothing(session: Session) -> None:
