@@ -276,6 +276,46 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
 CHANGE_COLOR = "#9467bd"
 
 
+def bisection_range_chart(points: pd.DataFrame, commits: int, culprit: int | None) -> ChartSpec:
+    """The range's trend as the bisection measured it: each step's paired ratio against
+    its reference build, with its interval, at the step commit's place in the range.
+
+    ``points``: rows of (index, short_sha, case, purpose, ratio, low, high, verdict);
+    ``commits``: how many commits the range holds (good is 0); ``culprit``: its index.
+    """
+    data = points.copy()
+    data["interval"] = [
+        fmt.ratio(r, lo, hi)
+        for r, lo, hi in zip(data["ratio"], data["low"], data["high"], strict=True)
+    ]
+    x = alt.X(
+        "index:Q",
+        title="commit in the range (0 = good)",
+        scale=alt.Scale(domain=[0, max(1, commits - 1)]),
+    )
+    y = alt.Y("ratio:Q", title="time against the reference build", scale=alt.Scale(type="log"))
+    tooltip = [
+        alt.Tooltip("short_sha:N", title="commit"),
+        alt.Tooltip("case:N"),
+        alt.Tooltip("purpose:N", title="step"),
+        alt.Tooltip("interval:N", title="ratio [CI]"),
+        alt.Tooltip("verdict:N"),
+    ]
+    base = alt.Chart(data).encode(x=x)
+    bars = base.mark_rule().encode(y="low:Q", y2="high:Q", color=alt.Color("verdict:N"))
+    dots = base.mark_point(filled=True, size=70).encode(
+        y=y, color=alt.Color("verdict:N"), shape=alt.Shape("case:N"), tooltip=tooltip
+    )
+    one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(strokeDash=[4, 4]).encode(y="ratio:Q")
+    layers: list[Any] = [one, bars, dots]
+    if culprit is not None:
+        mark = pd.DataFrame({"index": [culprit], "what": ["culprit"]})
+        layers.append(
+            alt.Chart(mark).mark_rule(color="firebrick").encode(x="index:Q", tooltip=["what:N"])
+        )
+    return alt.layer(*layers).properties(height=260)
+
+
 def heatmap_chart(
     cells: pd.DataFrame, x: str, y: str, x_order: list[str], y_order: list[str]
 ) -> ChartSpec:

@@ -2,17 +2,22 @@
 
 ``?page=bisect&id=3`` opens one bisection (the culprit's GitHub comment links here):
 its range, status, the culprit with its effect against its parent (ratio and
-interval of the confirmation run), every step (commit, against which build, what it
-showed, skipped or not, device seconds, its run) and the device time spent. Read
-live, not cached: a running bisection moves every few seconds.
+interval of the confirmation run), the range's trend as the steps measured it (each
+step's paired ratio against its reference build, at its place in the range, with the
+culprit marked, and links to the followed cases' history), every step (commit,
+against which build, what it showed, skipped or not, device seconds, its run) and the
+device time spent. Read live, not cached: a running bisection moves every few seconds.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
-from kernelwatch.dashboard import cached, nav, queries
+from kernelwatch.dashboard import cached, charts, nav, queries
+from kernelwatch.kernels.casepattern import case_names, matches
 
 
 def render(url: str) -> None:
@@ -32,6 +37,7 @@ def render(url: str) -> None:
     nav.set_params({"id": chosen})
     row = table[table["id"] == chosen].iloc[0]
     _summary(row)
+    _range(engine, chosen, row)
     steps = queries.bisection_steps(engine, chosen)
     st.subheader(f"Steps ({len(steps)})")
     if steps.empty:
@@ -59,6 +65,57 @@ def render(url: str) -> None:
     listing = table[["id", "repository", "status", "culprit_sha", "gpu_seconds"]].copy()
     listing["culprit_sha"] = listing["culprit_sha"].fillna("").str[:12]
     st.dataframe(listing, width="stretch", hide_index=True)
+
+
+def _range(engine: Any, bisection_id: int, row: pd.Series) -> None:
+    """The range's trend as the steps measured it, and each followed case's history."""
+    commits = [str(c) for c in (row["commits"] if isinstance(row["commits"], list) else [])]
+    points = range_points(queries.bisection_step_cases(engine, bisection_id), commits, row)
+    st.subheader("The range")
+    if points.empty:
+        st.caption("No step has a measured case yet.")
+    else:
+        culprit = row["culprit_sha"]
+        at = commits.index(culprit) if isinstance(culprit, str) and culprit in commits else None
+        st.altair_chart(charts.bisection_range_chart(points, len(commits), at), width="stretch")
+    cases = points.drop_duplicates("case_id") if not points.empty else points
+    repo, device = int(row["repository_id"]), row["device_class"]
+    links = [
+        f"[{c['case']}]({nav.link('trend', repo=repo, device=device, case=c['case_id'])})"
+        for _, c in cases.iterrows()
+    ]
+    if links:
+        st.markdown("History of the followed cases: " + " · ".join(links))
+
+
+def range_points(cases: pd.DataFrame, commits: list[str], row: pd.Series) -> pd.DataFrame:
+    """The step results the bisection follows (its case pattern), placed in the range."""
+    columns = ["index", "short_sha", "case_id", "case", "purpose", "ratio", "low", "high"]
+    if cases.empty or not commits:
+        return pd.DataFrame(columns=[*columns, "verdict"])
+    pattern = str(row["case_pattern"] or "")
+    place = {sha: i for i, sha in enumerate(commits)}
+    kept = []
+    for _, c in cases.iterrows():
+        kernel, label = str(c["kernel"] or ""), str(c["label"] or "")
+        if c["status"] == "skip" or not pd.notna(c["ratio"]) or c["sha"] not in place:
+            continue
+        if not matches(case_names(kernel, label, str(c["case_id"])), pattern):
+            continue
+        kept.append(
+            {
+                "index": place[c["sha"]],
+                "short_sha": str(c["sha"])[:12],
+                "case_id": c["case_id"],
+                "case": f"{kernel} {label}".strip(),
+                "purpose": c["purpose"],
+                "ratio": float(c["ratio"]),
+                "low": c["ratio_ci_low"],
+                "high": c["ratio_ci_high"],
+                "verdict": c["verdict"] or "unchanged",
+            }
+        )
+    return pd.DataFrame(kept, columns=[*columns, "verdict"])
 
 
 def _summary(row: pd.Series) -> None:

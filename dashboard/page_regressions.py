@@ -2,7 +2,8 @@
 
 ``?page=regressions&state=open,acknowledged&repo=1`` filters the list;
 ``&regression=7`` opens one with its suspect commit range, deep links, the
-commands that reproduce it, its triage trail and (signed in) the triage form.
+commands that reproduce it, the bisections that name its culprit (or the command that
+starts one), its triage trail and (signed in) the triage form.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kernelwatch.dashboard import auth, cached, fmt, nav
+from kernelwatch.dashboard import auth, cached, fmt, nav, queries
 from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.triage import ACTIVE_STATES, TRIAGE_ACTIONS
 
@@ -201,7 +202,35 @@ def detail(url: str, r: dict[str, Any]) -> None:
     st.markdown(" · ".join(links))
     st.markdown("**Reproduce**")
     st.code(repro_commands(r), language="bash", wrap_lines=True)
+    bisection_panel(url, r)
     triage_panel(url, r)
+
+
+def bisection_panel(url: str, r: dict[str, Any]) -> None:
+    """The bisections this regression started or that end at its commit, each with its
+    culprit; without one, the command that starts one over the suspect range."""
+    found = queries.bisections_of(
+        cached.engine(url), int(r["repository_id"]), int(r["run_id"]), str(r["sha"] or "")
+    )
+    st.markdown("**Which commit did it**")
+    if found.empty:
+        st.caption("No bisection of this regression yet.")
+        head, base = r.get("sequence"), r.get("baseline_sequence")
+        span = float(head) - float(base) if head is not None and base is not None else None
+        span = span if span is None or pd.notna(span) else None  # NaN: a sequence unknown
+        if span is not None and span > 1 and r["sha"] and r["baseline_sha"]:  # else: that commit
+            command = ["kernelwatch", "bisect", str(r["source"]), "--good", str(r["baseline_sha"])]
+            command += ["--bad", str(r["sha"]), "--case", str(r["case_id"]), "--wait"]
+            st.code(shlex.join(command), language="bash", wrap_lines=True)
+        return
+    for b in found.to_dict("records"):
+        line = f"[bisection #{int(b['id'])}]({nav.link('bisect', id=int(b['id']))}): {b['status']}"
+        if isinstance(b["culprit_sha"], str):
+            line += f" · culprit `{b['culprit_sha'][:12]}` {b['culprit_verdict']}"
+            if fmt.is_num(b["culprit_ratio"]):
+                line += f" {fmt.ratio(b['culprit_ratio'], None, None)}"
+        line += f" · {float(b['gpu_seconds'] or 0):.0f} device s"
+        st.markdown(line)
 
 
 def triage_panel(url: str, r: dict[str, Any]) -> None:

@@ -455,7 +455,9 @@ def regressions(
             Run.options.label("run_options"),
             Commit.sha,
             Commit.message,
+            Commit.sequence,
             func.coalesce(base_commit.sha, Run.baseline_sha).label("baseline_sha"),
+            base_commit.sequence.label("baseline_sequence"),
         )
         .join(Run, Regression.run_id == Run.id)
         .join(Repository, Run.repository_id == Repository.id)
@@ -578,10 +580,54 @@ def bisections(engine: Engine, limit: int = 200) -> pd.DataFrame:
             b.budget_s,
             b.created,
             b.finished,
+            b.commits,
+            b.repository_id,
         )
         .join(Repository, Repository.id == b.repository_id)
         .order_by(b.id.desc())
         .limit(limit)
+    )
+    return _frame(engine, q)
+
+
+def bisection_step_cases(engine: Engine, bisection_id: int) -> pd.DataFrame:
+    """Every case result of a bisection's step runs: the step, the case, its paired ratio
+    against the step's reference build, the interval and the verdict (the range's trend)."""
+    s = BisectionStep
+    q = (
+        select(
+            s.position,
+            s.sha,
+            s.against_sha,
+            s.purpose,
+            s.run_id,
+            Result.case_id,
+            Result.record["kernel"].as_string().label("kernel"),
+            Case.label,
+            Result.status,
+            Result.verdict,
+            Result.ratio,
+            Result.ratio_ci_low,
+            Result.ratio_ci_high,
+        )
+        .join(Result, Result.run_id == s.run_id)
+        .join(Case, Case.id == Result.case_id)
+        .where(s.bisection_id == bisection_id)
+        .order_by(s.position, Result.case_id)
+    )
+    return _frame(engine, q)
+
+
+def bisections_of(engine: Engine, repository_id: int, run_id: int, sha: str) -> pd.DataFrame:
+    """Bisections a regression started (its run is their origin) or that end at its commit."""
+    b = Bisection
+    q = (
+        select(b.id, b.status, b.culprit_sha, b.culprit_verdict, b.culprit_ratio, b.gpu_seconds)
+        .where(
+            b.repository_id == repository_id,
+            (b.origin_run_id == run_id) | (b.bad_sha == sha),
+        )
+        .order_by(b.id.desc())
     )
     return _frame(engine, q)
 

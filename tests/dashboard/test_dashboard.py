@@ -21,10 +21,11 @@ from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
 from kernelwatch.dashboard import auth, compare_stats, fmt, nav, queries
+from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Regression
-from kernelwatch.db.session import make_engine, session_factory
+from kernelwatch.db.session import engine_for, make_engine, session_factory
 from kernelwatch.db.triage import TriageEvent, history
 from tests.conftest import create_pg_database, drop_pg_database
 from tests.dashboard.conftest import (
@@ -295,6 +296,44 @@ def test_regression_detail_has_links_and_repro(db: tuple[str, History]) -> None:
     ) in code
     assert "kernelwatch bench --suite attention --kernel attention --out results.jsonl" in code
     assert f"?page=run&run={h.run_ids[2]}" in texts(at)
+
+
+def test_a_regression_names_the_bisection_it_started_and_its_culprit(
+    db: tuple[str, History],
+) -> None:
+    url, h = db
+    at = open_page("regressions", regression=h.regression_id)
+    text = texts(at)
+    assert "No bisection of this regression yet." in text
+    assert "kernelwatch bisect" not in text  # its range is one commit: that commit did it
+    with session_factory(engine_for(url))() as s, s.begin():
+        reg = s.get(Regression, h.regression_id)
+        assert reg is not None
+        reg.baseline_run_id = h.run_ids[0]  # two commits back: a search to make
+    st.cache_data.clear()  # the list is cached for a while; the bisection panel is live
+    code = "\n".join(c.value for c in open_page("regressions", regression=h.regression_id).code)
+    assert f"--good {h.shas[0]} --bad {h.shas[2]} --case {h.corner_case} --wait" in code
+    with session_factory(engine_for(url))() as s, s.begin():
+        row = Bisection(
+            repository_id=h.repository_id,
+            good_sha=h.shas[0],
+            bad_sha=h.shas[3],
+            commits=h.shas[:4],
+            case_pattern=h.corner_case,
+            status="found",
+            culprit_sha=h.shas[2],
+            culprit_parent=h.shas[1],
+            culprit_ratio=1.2,
+            culprit_verdict="regression",
+            origin_run_id=h.run_ids[2],
+            gpu_seconds=73.0,
+        )
+        s.add(row)
+        s.flush()
+        bid = row.id
+    text = texts(open_page("regressions", regression=h.regression_id))
+    assert f"?page=bisect&id={bid}" in text and f"culprit `{h.shas[2][:12]}` regression" in text
+    assert "1.200× (+20.0 %)" in text and "73 device s" in text
 
 
 def test_triage_is_disabled_without_login_configuration(db: tuple[str, History]) -> None:

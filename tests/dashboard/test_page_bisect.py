@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from kernelwatch.dashboard import page_bisect, queries
 from kernelwatch.db.bisect import Bisection, BisectionStep
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.migrate import upgrade
+from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.db.session import engine_for, session_factory
-from kernelwatch.db.store import get_or_create_repository
+from kernelwatch.db.store import get_or_create_repository, upsert_commit
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 GOOD, BAD, CULPRIT, PARENT = "a" * 40, "b" * 40, "c" * 40, "d" * 40
@@ -40,9 +45,30 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
         )
         s.add(row)
         s.flush()
-        for i, (sha, outcome, verdict) in enumerate(
-            [(BAD, "bad", "regression"), (PARENT, "skip", "failed"), (CULPRIT, "bad", "regression")]
+        s.add(Case(id="sm1", suite="basic", kernel="softmax", backend="lib", params={}))
+        s.add(Case(id="mm1", suite="basic", kernel="matmul", backend="lib", params={}))
+        for i, (sha, outcome, verdict, ratio) in enumerate(
+            [
+                (BAD, "bad", "regression", 3.1),
+                (PARENT, "skip", "failed", None),
+                (CULPRIT, "bad", "regression", 3.04),
+            ]
         ):
+            run = Run(
+                repository_id=repo.id,
+                commit_id=upsert_commit(s, repo, sha, []).id,
+                suites=["basic"],
+                trigger="bisect",
+                status="succeeded" if ratio else "failed",
+            )
+            s.add(run)
+            s.flush()
+            if ratio:
+                for case, r in (("sm1", ratio), ("mm1", 1.0)):  # only softmax is followed
+                    kernel = {"sm1": "softmax", "mm1": "matmul"}[case]
+                    s.add(Result(run_id=run.id, case_id=case, status="pass", verdict=verdict,
+                                 ratio=r, ratio_ci_low=r * 0.95, ratio_ci_high=r * 1.05,
+                                 record={"kernel": kernel}))  # fmt: skip
             s.add(
                 BisectionStep(
                     bisection_id=row.id,
@@ -50,6 +76,7 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
                     sha=sha,
                     against_sha=GOOD,
                     purpose="search",
+                    run_id=run.id,
                     outcome=outcome,
                     verdict=verdict,
                     seconds=100.0,
@@ -82,6 +109,21 @@ def test_the_bisection_page_shows_culprit_effect_steps_and_device_seconds(db: in
     assert list(steps["commit"]) == [BAD[:12], PARENT[:12], CULPRIT[:12]]
     assert list(steps["skipped"]) == [False, True, False]
     assert "interval 2.810–3.300" in " ".join(m.value for m in at.markdown)
+    # the range's trend: the followed case's ratio at each measured step, culprit marked
+    (chart,) = at.get("vega_lite_chart")
+    layers = json.loads(chart.proto.spec)["layer"]
+    assert [layer["mark"]["type"] for layer in layers] == ["rule", "rule", "point", "rule"]
+    with session_factory(engine_for(os.environ["KW_DATABASE_URL"]))() as s:
+        row = s.get(Bisection, db)
+        assert row is not None
+        pattern, commits = row.case_pattern, list(row.commits)
+    cases = queries.bisection_step_cases(engine_for(os.environ["KW_DATABASE_URL"]), db)
+    points = page_bisect.range_points(cases, commits, pd.Series({"case_pattern": pattern}))
+    # softmax only (the pattern), the failed build has no point, each at its place
+    assert sorted(zip(points["index"], points["ratio"], strict=True)) == [(2, 3.04), (3, 3.1)]
+    assert "?page=trend" in " ".join(m.value for m in at.markdown) and "case=sm1" in " ".join(
+        m.value for m in at.markdown
+    )
 
 
 def test_no_bisections_says_how_to_start_one(
