@@ -8,6 +8,7 @@ starts one), its triage trail and (signed in) the triage form.
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -216,9 +217,9 @@ def bisection_panel(url: str, r: dict[str, Any]) -> None:
     if found.empty:
         st.caption("No bisection of this regression yet.")
         head, base = r.get("sequence"), r.get("baseline_sequence")
-        span = float(head) - float(base) if head is not None and base is not None else None
-        span = span if span is None or pd.notna(span) else None  # NaN: a sequence unknown
-        if span is not None and span > 1 and r["sha"] and r["baseline_sha"]:  # else: that commit
+        # commits from baseline to head (NaN when either is unknown: no command)
+        span = float(head) - float(base) if head is not None and base is not None else math.nan
+        if span > 1 and r["sha"] and r["baseline_sha"]:  # one commit: that commit did it
             command = ["kernelwatch", "bisect", str(r["source"]), "--good", str(r["baseline_sha"])]
             command += ["--bad", str(r["sha"]), "--case", str(r["case_id"]), "--wait"]
             st.code(shlex.join(command), language="bash", wrap_lines=True)

@@ -60,8 +60,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def handle(args: argparse.Namespace) -> int:
     from kernelwatch.db.bisect import DEFAULT_BUDGET_S, Bisection
-    from kernelwatch.jobs.cli.common import factory, settings
-    from kernelwatch.jobs.cli.run import unknown_suites, warn_without_worker
+    from kernelwatch.jobs.cli.common import factory, settings, warn_without_worker
+    from kernelwatch.jobs.cli.run import unknown_suites
     from kernelwatch.jobs.planning import bisect_driver as driver
     from kernelwatch.jobs.planning.broker import make_celery
     from kernelwatch.jobs.planning.queues import local_device_class

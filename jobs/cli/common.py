@@ -31,4 +31,28 @@ def factory() -> sessionmaker[Session]:
     return session_factory()
 
 
-__all__ = ["factory", "settings"]
+def warn_without_worker(sessions: sessionmaker[Session], queue: str, command: str) -> bool:
+    """Warn on stderr when no live worker consumes ``queue``; True if one does.
+
+    ``command``: whose warning it is (``run``, ``bisect``): both queue runs a worker takes.
+    """
+    import sys
+
+    from kernelwatch.db.fleet import live_workers
+
+    with sessions() as session:
+        serving = [
+            w
+            for w in live_workers(session)
+            if queue in w.queues.split(",") and w.state != "unhealthy"
+        ]
+    if not serving:
+        print(
+            f"kernelwatch {command}: warning: no live worker serves queue {queue!r}; the runs wait "
+            "until one does (start `kernelwatch worker`, or `kernelwatch serve` on one machine)",
+            file=sys.stderr,
+        )
+    return bool(serving)
+
+
+__all__ = ["factory", "settings", "warn_without_worker"]

@@ -87,7 +87,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def handle(args: argparse.Namespace) -> int:
-    from kernelwatch.jobs.cli.common import factory, settings
+    from kernelwatch.jobs.cli.common import factory, settings, warn_without_worker
     from kernelwatch.jobs.demo.pipeline import wait_for_runs
     from kernelwatch.jobs.errors import KernelwatchError
     from kernelwatch.jobs.planning.broker import make_celery
@@ -149,7 +149,7 @@ def handle(args: argparse.Namespace) -> int:
     if not ids:
         return fail(NAME, "nothing to measure")
     progress = not (args.quiet or args.json)
-    warn_without_worker(sessions, queue_for(device_class, run_gpus(req.suites)))
+    warn_without_worker(sessions, queue_for(device_class, run_gpus(req.suites)), NAME)
     done = True
     if args.wait:
         from kernelwatch.jobs.cli.progress import RunProgress
@@ -193,28 +193,6 @@ def unknown_suites(names: Sequence[str]) -> str:
     return f"unknown suite {', '.join(map(repr, bad))}; suites: {', '.join(known)}"
 
 
-def warn_without_worker(sessions: sessionmaker[Session], queue: str, command: str = NAME) -> bool:
-    """Warn on stderr when no live worker consumes ``queue``; True if one does.
-
-    ``command``: whose warning it is (``run``, ``bisect``): both queue runs a worker takes.
-    """
-    from kernelwatch.db.fleet import live_workers
-
-    with sessions() as session:
-        serving = [
-            w
-            for w in live_workers(session)
-            if queue in w.queues.split(",") and w.state != "unhealthy"
-        ]
-    if not serving:
-        print(
-            f"kernelwatch {command}: warning: no live worker serves queue {queue!r}; the runs wait "
-            "until one does (start `kernelwatch worker`, or `kernelwatch serve` on one machine)",
-            file=sys.stderr,
-        )
-    return bool(serving)
-
-
 def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any]]:
     from sqlalchemy import select
 
@@ -233,4 +211,4 @@ def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any
         ]
 
 
-__all__ = ["NAME", "add_parser", "handle", "warn_without_worker"]
+__all__ = ["NAME", "add_parser", "handle"]

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db import bisect as store
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Commit, Regression, Result, Run
-from kernelwatch.jobs.judging.history import CHANGEPOINT, HISTORY_TRIGGERS
+from kernelwatch.jobs.judging.history import CHANGEPOINT, same_history
 from kernelwatch.kernels.verdict import BLOCKING, RunVerdict
 
 MAIN_TRIGGERS = ("push", "nightly")
@@ -80,10 +80,7 @@ def _last_measured_before(session: Session, run: Run, case_id: str, sequence: in
         .join(Run, Run.commit_id == Commit.id)
         .join(Result, Result.run_id == Run.id)
         .where(
-            Run.repository_id == run.repository_id,
-            Run.device_class == run.device_class,
-            Run.trigger.in_(HISTORY_TRIGGERS),
-            Run.status == "succeeded",
+            *same_history(run),
             Result.case_id == case_id,
             Result.status == "pass",
             Commit.sequence < sequence,

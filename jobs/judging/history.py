@@ -19,7 +19,7 @@ that happened to land on a slower card is not a step.
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Commit, Regression, Result, Run
@@ -30,6 +30,17 @@ from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 WINDOW = 60
 HISTORY_TRIGGERS = ("push", "nightly", "manual", "backfill")
 CHANGEPOINT = "changepoint"  # the Regression kind of a step found in the history
+
+
+def same_history(run: Run) -> tuple[ColumnElement[bool], ...]:
+    """Conditions on ``Run`` for the runs whose measurements form ``run``'s history: the
+    same repository and GPU class, branch triggers, succeeded."""
+    return (
+        Run.repository_id == run.repository_id,
+        Run.device_class == run.device_class,
+        Run.trigger.in_(HISTORY_TRIGGERS),
+        Run.status == "succeeded",
+    )
 
 
 def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list[Regression]:
@@ -44,13 +55,7 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
     recent = session.execute(
         select(Run.id, Commit.sequence, Commit.sha)
         .join(Commit, Run.commit_id == Commit.id)
-        .where(
-            Run.repository_id == run.repository_id,
-            Run.device_class == run.device_class,
-            Run.trigger.in_(HISTORY_TRIGGERS),
-            Run.status == "succeeded",
-            Commit.sequence <= run.commit.sequence,
-        )
+        .where(*same_history(run), Commit.sequence <= run.commit.sequence)
         .order_by(Commit.sequence.desc(), Run.id.desc())
         .limit(4 * WINDOW)
     ).all()
