@@ -34,6 +34,13 @@ DEFAULT_DEADLINE_S = 540.0
 
 
 def commands() -> dict[str, ModuleType]:
+    """Every sub-command module by name.
+
+    Importing them must not import kernelwatch: on a bare GPU host the parser is
+    built before ``host.ensure_kernelwatch`` links the namespace (a sub-command's
+    kernelwatch imports live inside its functions;
+    ``tests/benchmarks/test_gpu_driver.py`` holds it so).
+    """
     from benchmarks.gpu import (
         bisect,
         cards,
@@ -127,6 +134,8 @@ def _archive(logs: Path, target: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     t0 = time.monotonic()
+    # first of all: a bare GPU host has no kernelwatch until the namespace is linked
+    bootstrap = host.ensure_kernelwatch()
     p = parser()
     chunks = split_chain(argv)
     if not chunks:
@@ -145,7 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.environ.setdefault("KW_PEAKS_DIR", str(logs))  # the peak probe's cache travels too
-    bootstrap = host.ensure_kernelwatch()
     if cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     mods = commands()

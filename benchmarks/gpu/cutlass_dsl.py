@@ -38,7 +38,6 @@ from typing import Any
 from benchmarks.gpu import gputests, host
 from benchmarks.gpu.cutlass_dsl_table import table
 from benchmarks.gpu.prepare_cutlass_dsl import EXAMPLES, WHEEL_GLOB, wheel_version
-from kernelwatch.kernels.adapters.cutlass_dsl_env import SOURCE_FILE, version_mismatch
 
 NAME = "cutlass-dsl"
 HELP = "CuTe DSL dense GEMM (.dsl/): install, GPU tests, bench against cuBLAS, kernel names, FP8"
@@ -66,6 +65,10 @@ def install(
     The wheel goes into ``site/dsl-<version>`` once per machine (a chained second
     call finds it there).
     """
+    # imported here, not at module level: the driver's parser must build on a bare host
+    # before ``host.ensure_kernelwatch`` has made kernelwatch importable
+    from kernelwatch.kernels.adapters.cutlass_dsl_env import SOURCE_FILE, version_mismatch
+
     info: dict[str, Any] = {"notes": []}
     paths: list[str] = []
     examples = dsl_dir / EXAMPLES

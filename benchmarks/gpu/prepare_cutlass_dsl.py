@@ -31,15 +31,6 @@ from typing import Any
 
 from benchmarks.gpu import host
 from benchmarks.gpu.prepare import _git
-from kernelwatch.kernels.adapters.cutlass_dsl_env import (
-    DENSE_GEMM,
-    DIST,
-    KERNEL_CLASS,
-    PACKAGE,
-    SOURCE_FILE,
-    UPSTREAM,
-    tag_version,
-)
 
 NAME = "prepare-cutlass-dsl"
 HELP = "(networked machine) CuTe DSL dense GEMM example + nvidia-cutlass-dsl wheel into .dsl/"
@@ -47,8 +38,6 @@ DEFAULT_REF = "v4.3.5"
 DSL_DIR = host.ROOT / ".dsl"
 EXAMPLES = "examples"  # .dsl/examples: the folder the GPU host puts on PYTHONPATH
 CUTLASS_URL = "https://github.com/NVIDIA/cutlass"
-# upstream path -> path under .dsl/examples; the license travels with the code it covers
-FILES = {UPSTREAM: f"{PACKAGE}/{DENSE_GEMM}", "LICENSE.txt": f"{PACKAGE}/LICENSE.txt"}
 WHEEL_GLOB = "nvidia_cutlass_dsl-*.whl"
 CARRY_LIMIT = 64 * 2**20
 # the GPU host: CPython 3.12, x86-64, glibc new enough for manylinux_2_28
@@ -65,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--download-wheel",
         action="store_true",
-        help=f"pip download {DIST}==<the tag's version> for the GPU host into DEST",
+        help="pip download the CuTe DSL wheel of the tag's version for the GPU host into DEST",
     )
     p.add_argument(
         "ref", nargs="?", default=DEFAULT_REF, help=f"release tag (default {DEFAULT_REF})"
@@ -73,12 +62,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def copy_example(repo: Path, ref: str, dest: Path) -> dict[str, Any]:
-    """``FILES`` of CUTLASS ``ref`` into ``dest/examples`` (a fresh copy); what was copied."""
+    """The dense GEMM example of CUTLASS ``ref`` into ``dest/examples`` (a fresh copy),
+    with the license that covers it; what was copied."""
+    from kernelwatch.kernels.adapters.cutlass_dsl_env import (
+        DENSE_GEMM,
+        KERNEL_CLASS,
+        PACKAGE,
+        SOURCE_FILE,
+        UPSTREAM,
+        tag_version,
+    )
+
+    # upstream path -> path under .dsl/examples
+    files_wanted = {UPSTREAM: f"{PACKAGE}/{DENSE_GEMM}", "LICENSE.txt": f"{PACKAGE}/LICENSE.txt"}
     full = _git(repo, "rev-parse", f"{ref}^{{commit}}").decode().strip()
     root = dest / EXAMPLES
     shutil.rmtree(root / PACKAGE, ignore_errors=True)
     files = []
-    for src, rel in FILES.items():
+    for src, rel in files_wanted.items():
         try:
             data = _git(repo, "show", f"{full}:{src}")
         except subprocess.CalledProcessError:
@@ -89,7 +90,7 @@ def copy_example(repo: Path, ref: str, dest: Path) -> dict[str, Any]:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         files.append({"upstream": src, "path": rel, "bytes": len(data)})
-    if KERNEL_CLASS not in (root / FILES[UPSTREAM]).read_text():
+    if KERNEL_CLASS not in (root / files_wanted[UPSTREAM]).read_text():
         raise RuntimeError(f"CUTLASS {ref}: {UPSTREAM} defines no {KERNEL_CLASS}")
     source = {
         "repository": CUTLASS_URL,
@@ -108,6 +109,8 @@ def wheel_version(wheel: Path) -> str:
 
 def wheel_problem(dest: Path, version: str | None) -> str | None:
     """Why the wheels in ``dest`` do not go with the example; None when they do or none is there."""
+    from kernelwatch.kernels.adapters.cutlass_dsl_env import DIST
+
     wheels = sorted(dest.glob(WHEEL_GLOB))
     if len(wheels) > 1:
         return f"{len(wheels)} {DIST} wheels in {dest}: keep one (pip would install them all)"
@@ -121,6 +124,8 @@ def wheel_problem(dest: Path, version: str | None) -> str | None:
 
 def download_argv(version: str, dest: Path) -> list[str]:
     """The pip line that fetches the GPU host's wheel (no dependencies: the image has them)."""
+    from kernelwatch.kernels.adapters.cutlass_dsl_env import DIST
+
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     return [*argv, *PIP_TARGET, "-d", str(dest), f"{DIST}=={version}"]
 
@@ -133,6 +138,8 @@ def tree_bytes(root: Path = host.ROOT) -> int:
 
 
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from kernelwatch.kernels.adapters.cutlass_dsl_env import DIST, PACKAGE, UPSTREAM
+
     dest: Path = args.dest
     dest.mkdir(parents=True, exist_ok=True)
     source = copy_example(args.cutlass_repo, args.ref, dest)

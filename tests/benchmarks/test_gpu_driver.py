@@ -168,3 +168,22 @@ def test_junit_parsing_names_failures_and_their_messages(tmp_path: Path) -> None
     assert res["cases"][1] == {"test": "t.m::bad", "outcome": "failed", "seconds": 1.5,
                                "message": "boom"}  # fmt: skip
     assert "error" in gputests.parse_junit(tmp_path / "missing.xml")
+
+
+def test_the_parser_builds_without_kernelwatch_as_on_a_bare_gpu_host() -> None:
+    """On a fresh H200 kernelwatch is not installed: the driver links it (``prelude``,
+    ``host.ensure_kernelwatch``) only once it runs, so building its parser must not import
+    kernelwatch. A sub-command that imported it at module level stopped every call before
+    any sub-command ran (the CuTe DSL table did, 2026-12-02)."""
+    script = (
+        "import sys\n"
+        "sys.modules['kernelwatch'] = None  # not installed, not yet linked\n"
+        "from benchmarks.gpu import cli\n"
+        "cli.parser().parse_args(['prelude'])\n"
+        "print(' '.join(sorted(cli.commands())))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {"prelude", "suite-aa", "cutlass-dsl", "prepare-cutlass-dsl"} <= set(done.stdout.split())
