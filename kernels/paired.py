@@ -73,26 +73,35 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     samplers: list[Sampler] = []
-    pads: list[Any] = []
+    pads: list[Any] = []  # held, never read: the padding allocations stay while sampled
     for line in stdin:
         msg = json.loads(line)
         cmd = msg.get("cmd")
         try:
-            if cmd == "setup":
+            if cmd == "hello":
+                reply: dict[str, Any] = {"ok": True, **_hello()}
+            elif cmd == "setup":
                 samplers, pads = [], []  # the previous case's memory is free for reuse
+                began = time.perf_counter()
                 samplers, pads, info = _setup(
                     _load(msg["factory"]),
                     msg.get("params", {}),
                     TimerConfig(**msg.get("timer", {})),
                     int(msg.get("placements", 1)),
                 )
-                reply: dict[str, Any] = {
+                reply = {
                     "ok": True,
                     **samplers[0].describe(),
                     "placements": len(samplers),
                     "info": info,
                     "device": _side_device(),
+                    "setup_s": time.perf_counter() - began,
                 }
+            elif cmd == "release":  # another case will not fit beside this one's memory
+                samplers.clear()
+                pads.clear()
+                _release_memory()
+                reply = {"ok": True}
             elif cmd == "block":
                 assert samplers, "block before setup"
                 chosen = samplers[int(msg.get("placement", 0)) % len(samplers)]
@@ -122,6 +131,22 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
 _DEVICE: dict[str, Any] = {}
 
 
+def _hello() -> dict[str, Any]:
+    """The side's start-up, measured: its CUDA context made now, not inside a case.
+
+    The coordinator times spawn → this reply (interpreter, imports, context); the
+    side says how much of it the context took, so a case's cost can name both.
+    """
+    import torch
+
+    began = time.perf_counter()
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        torch.cuda.synchronize()
+    return {"pid": os.getpid(), "cuda_s": time.perf_counter() - began, "at": time.time()}
+
+
 def _side_device() -> dict[str, Any]:
     """The card this side measures on (name, class, UUID, ...), described once a process.
 
@@ -142,6 +167,15 @@ def _side_device() -> dict[str, Any]:
     return dict(_DEVICE)
 
 
+def _release_memory() -> None:
+    """Give this process's GPU memory back: the samplers' reference cycles, then the cache."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _setup(
     factory: Factory,
     params: dict[str, Any],
@@ -160,10 +194,8 @@ def _setup(
     # The previous case's samplers hold reference cycles (their sampling closures);
     # without a collection their GPU memory piles up setup after setup (an H200 ran
     # out of its 141 GB after ~50 setups of 8 placements).
-    gc.collect()
+    _release_memory()
     cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.empty_cache()
     rng = random.Random()
     samplers: list[Sampler] = []
     pads: list[Any] = []
@@ -224,9 +256,15 @@ class Side:
     """One side (A or B): a subprocess speaking the JSON-lines protocol."""
 
     def __init__(
-        self, name: str, python: str = sys.executable, env: dict[str, str] | None = None
+        self,
+        name: str,
+        python: str = sys.executable,
+        env: dict[str, str] | None = None,
+        hello: bool = False,
     ) -> None:
+        """Spawn the side; with ``hello`` it makes its CUDA context at once (``ready``)."""
         self.name = name
+        self.spawned = time.time()  # wall clock: the side's ``hello`` says when it was ready
         self.proc = subprocess.Popen(
             [python, "-m", "kernelwatch.kernels.paired"],
             stdin=subprocess.PIPE,
@@ -235,6 +273,29 @@ class Side:
             env={**os.environ, **(env or {})},
             bufsize=1,
         )
+        self.started: dict[str, float] | None = None  # ``ready``'s answer, once read
+        self._hello_sent = False
+        if hello:
+            self.send({"cmd": "hello"})
+            self._hello_sent = True
+
+    def ready(self, timeout_s: float | None = None) -> dict[str, float]:
+        """Wait for the start-up: ``{"start_s": spawn to ready, "cuda_s": the context}``.
+
+        ``start_s`` counts the interpreter, the imports (torch) and the CUDA context, by
+        the side's own clock (a spare pool read later does not count its idle time);
+        a side spawned without ``hello`` is asked now. Read once; later calls return it.
+        """
+        if self.started is None:
+            if not self._hello_sent:
+                self.send({"cmd": "hello"})
+                self._hello_sent = True
+            reply = self.receive("hello", timeout_s)
+            self.started = {
+                "start_s": float(reply.get("at", time.time())) - self.spawned,
+                "cuda_s": float(reply.get("cuda_s", 0.0)),
+            }
+        return self.started
 
     def ask(self, msg: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """Send one command and wait for its reply line.
@@ -319,6 +380,13 @@ class PairedConfig:
     placements: instances of the case per side at different addresses (see above).
     ask_timeout_s: longest wait for one set-up or block; the side is then killed.
     budget_s: wall time for the whole comparison (blocks only, after setup).
+    rounds_max: groups per pair at most in one comparison: a short kernel's offsets
+      belong to the set-up (H200, 2026-12-02: a 12 us GEMM's pair ratios stayed within
+      0.1 % of their own for 48 groups while the pairs spread by 2 %), so beyond a few
+      rounds a re-measure with new set-ups buys more than more blocks.
+    screen_tol: a side slower than this beyond its role's lower quartile and beyond its
+      pair partner is set up again, up to ``screen_retries`` times, then left out with
+      its pair (see ``compare``). 0 turns the screen off; it needs 3 pairs.
     """
 
     min_effect: float = MIN_EFFECT
@@ -330,6 +398,10 @@ class PairedConfig:
     budget_s: float = 5.0
     placements: int = 8
     ask_timeout_s: float | None = None  # per set-up or block: a hung kernel is killed
+    screen_tol: float = 0.05
+    screen_retries: int = 2
+    rounds_max: int = 6
+    timer: dict[str, Any] = field(default_factory=dict)  # TimerConfig fields for the sides
 
 
 @dataclass
@@ -362,6 +434,16 @@ class PairedResult:
     # telemetry.blocks_reliable over the blocks: one throttled block, no regression
     reliable: bool = True
     throttled_blocks: int = 0
+    # where the time went (seconds): setup_s (wall until every side was set up),
+    # setup_side_s / check_s (the slowest side's set-up and correctness check),
+    # screen_s (warm-up blocks and set-ups again), blocks_s (the timed groups)
+    costs: dict[str, float] = field(default_factory=dict)
+    # the screen: every side's deviation from its role's median per round, the sides
+    # set up again, the pairs left out and the sides the pool should replace
+    screen: list[dict[str, Any]] = field(default_factory=list)
+    resetups: int = 0
+    excluded_pairs: list[int] = field(default_factory=list)
+    sick: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -416,7 +498,7 @@ def compare(
     timer: dict[str, Any] | None = None,
     first_pair: dict[str, Any] | None = None,
 ) -> PairedResult:
-    """Set both sides up with the case, then alternate blocks until a verdict or the budget.
+    """Set both sides up with the case, screen them, then alternate blocks until a verdict.
 
     ``first_pair``: parameters merged into the first pair's set-up only (paired_suite:
     ``check=True``, so each role's result is checked once, not once per process).
@@ -430,11 +512,23 @@ def compare(
     A process carries a fixed offset of its own (on the H200 up to 0.5 %, which
     flips sign when the two processes swap roles, docs/measurement.md run 8) that
     no number of groups inside one pair averages away. With m pairs, group g runs
-    on pair g mod m and the interval is taken over the pairs, so process offsets
-    widen the interval instead of biasing the ratio.
+    on the next pair in turn and the interval is taken over the pairs, so process
+    offsets widen the interval instead of biasing the ratio.
+
+    **The screen** (m >= 3: ``_Screen``): every pair warms up with one unrecorded
+    group; a side whose level is more than ``screen_tol`` slower than its role's
+    lower quartile and than its pair partner is set up again (new memory for its
+    inputs, a new graph), up to ``screen_retries`` times, and then left out with its
+    pair (its name goes to ``sick``: the pool replaces the process). On the H200 a
+    fresh process's first set-up sometimes runs a short kernel 1.1-1.35x slow for its
+    whole life (docs/measurement.md §5, §6); averaged in, such a state makes the
+    interval several percent wide. The screen compares a side only with sides of its own
+    role, so it cannot see, and cannot remove, a difference between baseline and
+    candidate: a true regression moves every candidate side alike. If more than half
+    the pairs would go, nothing is left out and the interval says so.
     """
     cfg = cfg or PairedConfig()
-    timer = timer or {}
+    timer = {**cfg.timer, **(timer or {})}
     sides_a = [a] if isinstance(a, Side) else list(a)
     sides_b = [b] if isinstance(b, Side) else list(b)
     if not sides_a:
@@ -444,6 +538,8 @@ def compare(
     m = len(sides_a)
     k = max(1, cfg.placements)
     setup = {"cmd": "setup", "factory": factory, "timer": timer, "placements": k}
+    costs: dict[str, float] = {}
+    began = time.perf_counter()
     # All sides set up at once (an import of torch and a warm-up each); the candidates'
     # replies are read first: a broken candidate is the answer, whatever the baseline.
     extra = first_pair or {}
@@ -452,9 +548,24 @@ def compare(
     for i, side in enumerate(sides_a):
         side.send({**setup, "params": {**params_a, **(extra if i == 0 else {})}})
     db, da = _receive_all(sides_b, sides_a, "setup", cfg.ask_timeout_s)
+    costs["setup_s"] = time.perf_counter() - began
+    costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
+    costs["check_s"] = max(float((d.get("info") or {}).get("check_s", 0.0)) for d in da + db)
     k = min(int(d.get("placements", k)) for d in da + db)
     per_sample = max(max(d["sample_s"] for d in da + db), 1e-7)
     samples = max(3, min(2000, int(cfg.block_s / per_sample)))
+    began = time.perf_counter()
+    screen = _Screen(sides_a, sides_b, samples, cfg)
+    screen.run(
+        lambda role, i: _setup_again(
+            (sides_a if role == "A" else sides_b)[i],
+            {**setup, "params": params_a if role == "A" else params_b},
+            cfg.ask_timeout_s,
+        ),
+    )
+    costs["screen_s"] = time.perf_counter() - began
+    active = [i for i in range(m) if i not in screen.excluded]
+    n_active = len(active)
     t0 = time.perf_counter()
     logs: list[float] = []
     a_meds: list[float] = []
@@ -464,18 +575,14 @@ def compare(
     reliability = blocks_reliable([])
     stop = "groups_max"
     verdict, ratio, lo, hi = CaseVerdict.INCONCLUSIVE, math.nan, math.nan, math.nan
-    # every pair gets the same number of groups before each judgement
-    target = _round_up(max(cfg.groups_min, 2 * m), m)
-    step = _round_up(cfg.groups_step, m)
+    # every active pair gets the same number of groups before each judgement
+    target = first_target = _round_up(max(cfg.groups_min, n_active), n_active)
+    step = _round_up(cfg.groups_step, n_active)
     placement: list[int] = []
     pair_of: list[int] = []
-    # One unrecorded group per pair first: the side set up last has just warmed up.
-    for pa, pb in zip(sides_a, sides_b, strict=True):
-        for side in (pa, pb, pb, pa):
-            side.ask({"cmd": "block", "samples": samples}, cfg.ask_timeout_s)
     while len(logs) < cfg.groups_max:
         g = len(logs)
-        pair, rnd = g % m, g // m
+        pair, rnd = active[g % n_active], g // n_active
         pa, pb = sides_a[pair], sides_b[pair]
         # ABBA and BAAB in turn within each pair, so any order effect cancels.
         first, second = (pa, pb) if rnd % 2 == 0 else (pb, pa)
@@ -503,10 +610,14 @@ def compare(
                 stop = "decided"
                 break
             target += step
-        if time.perf_counter() - t0 >= cfg.budget_s and len(logs) >= 2 * m:
-            stop = "budget"
+        spent = time.perf_counter() - t0 >= cfg.budget_s
+        # with pairs as the unit, more rounds stop paying: a re-measure's new set-ups do
+        rounded = m > 1 and len(logs) >= max(cfg.rounds_max * n_active, first_target)
+        if (spent or rounded) and len(logs) >= 2 * n_active:
+            stop = "budget" if spent else "rounds_max"
             ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
             break
+    costs["blocks_s"] = time.perf_counter() - t0
     return PairedResult(
         ratio=ratio,
         ci_low=lo,
@@ -514,7 +625,7 @@ def compare(
         groups=len(logs),
         verdict=verdict,
         stop_reason=stop,
-        seconds=time.perf_counter() - t0,
+        seconds=costs["blocks_s"],
         a_median=stats.median(a_meds),
         b_median=stats.median(b_meds),
         group_ratios=[math.exp(x) for x in logs],
@@ -532,7 +643,112 @@ def compare(
         block_reasons=block_reasons,
         reliable=reliability.reliable,
         throttled_blocks=len(reliability.throttled),
+        costs=costs,
+        screen=screen.rows,
+        resetups=screen.resetups,
+        excluded_pairs=sorted(screen.excluded),
+        sick=screen.sick,
     )
+
+
+class _Screen:
+    """The warm-up of every pair, and the screen of ``compare`` over the sides' levels.
+
+    Every pair first runs one unrecorded group A B B A (the side set up last has
+    just warmed up); a second pass gives every side its level (the median of its two
+    blocks). A fresh process's first set-up sometimes runs a short kernel 1.1-1.35x
+    slow for its whole life (a 12 us GEMM, FlashInfer decode at 22 and 42 us; H200,
+    2026-12-02, docs/measurement.md §6), and a set-up again usually cures it. A side
+    is off when its level is more than ``screen_tol`` slower than its role's lower
+    quartile (the state only slows a side down, and more than half of a fresh pool's
+    sides can be in it) *and* than its own pair partner: the two sides of a pair run
+    their blocks interleaved, so a drift of the clock after 16 set-ups (up to 10 %
+    pair after pair on 0.2-1.5 ms kernels) moves both alike, while the state moves
+    one. An off side is set up again and re-levelled, up to ``screen_retries`` times.
+    Only sides of the same role are compared with each other, and a partner only to
+    tell drift from a state, so the screen cannot remove a difference between
+    baseline and candidate: a true regression moves every candidate side alike.
+    """
+
+    def __init__(
+        self, sides_a: list[Side], sides_b: list[Side], samples: int, cfg: PairedConfig
+    ) -> None:
+        self.sides = {"A": sides_a, "B": sides_b}
+        # half blocks: a warm-up and a level good to ~1 % need no more, and every
+        # second here is a second of each case
+        self.samples, self.cfg = max(3, samples // 2), cfg
+        self.level: dict[str, list[float]] = {"A": [], "B": []}
+        self.rows: list[dict[str, Any]] = []
+        self.resetups = 0
+        self.excluded: set[int] = set()
+        self.sick: list[str] = []
+
+    def _warm(self, i: int) -> tuple[float, float]:
+        """One unrecorded group A B B A on pair i; each side's median block."""
+        pa, pb = self.sides["A"][i], self.sides["B"][i]
+        got = [
+            stats.median(side.ask({"cmd": "block", "samples": self.samples},
+                                  self.cfg.ask_timeout_s)["values"])
+            for side in (pa, pb, pb, pa)
+        ]  # fmt: skip
+        return stats.median([got[0], got[3]]), stats.median([got[1], got[2]])
+
+    def deviations(self) -> dict[tuple[str, int], float]:
+        """Each side's level over its role's lower quartile, minus 1 (> 0: slower)."""
+        out: dict[tuple[str, int], float] = {}
+        for role, levels in self.level.items():
+            ref = sorted(levels)[(len(levels) - 1) // 4]
+            for i, x in enumerate(levels):
+                out[(role, i)] = x / ref - 1 if ref > 0 else 0.0
+        return out
+
+    def off(self, dev: dict[tuple[str, int], float]) -> list[tuple[str, int]]:
+        """Sides slower than the quartile and than their partner, each by ``screen_tol``."""
+        tol = self.cfg.screen_tol
+        other = {"A": "B", "B": "A"}
+        return [
+            (role, i) for (role, i), d in dev.items() if d > tol and d - dev[(other[role], i)] > tol
+        ]
+
+    def run(self, again: Callable[[str, int], None]) -> None:
+        """Warm every pair; level every side, set off sides up again, re-level."""
+        m = len(self.sides["A"])
+        for i in range(m):
+            self._warm(i)
+        tol = self.cfg.screen_tol
+        if m < 3 or tol <= 0:
+            return
+        for i in range(m):
+            la, lb = self._warm(i)
+            self.level["A"].append(la)
+            self.level["B"].append(lb)
+        for rnd in range(self.cfg.screen_retries + 1):
+            dev = self.deviations()
+            off = self.off(dev)
+            self.rows += [
+                {"round": rnd, "side": self.sides[role][i].name, "deviation": round(d, 5),
+                 "off": (role, i) in off}
+                for (role, i), d in sorted(dev.items())
+            ]  # fmt: skip
+            if not off:
+                return
+            if rnd == self.cfg.screen_retries:
+                pairs = {i for _, i in off}
+                if m - len(pairs) >= max(2, (m + 1) // 2):
+                    self.excluded = pairs
+                    self.sick = [self.sides[role][i].name for role, i in off]
+                return
+            for role, i in off:
+                again(role, i)
+                self.resetups += 1
+            for i in sorted({i for _, i in off}):
+                self._warm(i)  # the side set up again warms up first
+                self.level["A"][i], self.level["B"][i] = self._warm(i)
+
+
+def _setup_again(side: Side, msg: dict[str, Any], timeout_s: float | None) -> None:
+    """Set one side up with the same case again: new memory for its inputs, a new graph."""
+    side.ask(msg, timeout_s)
 
 
 def _receive_all(

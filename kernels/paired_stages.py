@@ -15,7 +15,9 @@ verdict, with the throttle guard; the accuracy verdict from the two checks) for
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from kernelwatch.kernels.paired import (
@@ -44,6 +46,10 @@ class SidePool(Protocol):
 
     def restart(self) -> None: ...
 
+    def replace(self, names: Sequence[str]) -> None: ...
+
+    def release(self) -> None: ...
+
     def pair(self) -> tuple[list[Side], list[Side]]: ...
 
 
@@ -60,6 +66,9 @@ class Outcome:
     throttled_blocks: int
     baseline: Correctness | None
     candidate: Correctness | None
+    # seconds by where they went, summed over the stage's attempts (PairedResult.costs)
+    costs: dict[str, float] = field(default_factory=dict)
+    screen: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> CaseVerdict:
@@ -87,6 +96,10 @@ class Outcome:
             throttled_blocks=self.throttled_blocks,
             baseline_errors=dict(self.baseline.errors) if self.baseline else {},
             candidate_errors=dict(self.candidate.errors) if self.candidate else {},
+            costs={k: round(v, 4) for k, v in self.costs.items()},
+            resetups=int(self.screen.get("resetups", 0)),
+            excluded_pairs=int(self.screen.get("excluded_pairs", 0)),
+            screen=list(self.screen.get("rows", [])),
         )
 
 
@@ -96,18 +109,26 @@ def measure_stage(
     params: dict[str, Any],
     cfg: PairedConfig,
     retries: int,
-    fresh_sides: bool,
+    fresh_processes: bool,
     seed: int,
+    deadline: float | None = None,
+    rotation: int = 0,
+    max_pairs: int | None = None,
 ) -> Outcome:
     """Measure until a verdict, re-measuring an inconclusive case ``retries`` times.
 
     Every side builds its inputs from ``seed``; only the first pair's sides check
     their result (once per role: a marginal kernel's flakiness is not multiplied by
-    the number of processes). Every attempt's groups count: a re-measure adds to the
-    evidence instead of replacing it, clustered by the unit ``compare`` names
-    (process pair or placement); only processes kept from the last attempt are the
-    same unit again. One throttled block in any attempt, and the stage can at worst
-    be inconclusive.
+    the number of processes). Every attempt sets the case up anew in every side (a
+    new set-up is a new unit: on the H200 the offsets of a short kernel belong to
+    the set-up, 2-3 % for a 12 us GEMM, and a set-up again draws new ones,
+    docs/measurement.md §6), with the candidates paired to other baselines
+    (``rotation`` + the attempt: no baseline/candidate coupling carries over); with
+    ``fresh_processes`` each re-measure starts new processes instead (seconds of
+    CUDA contexts each). Every attempt's groups count, each attempt's pairs their own
+    units. One throttled block in any attempt, and the stage can at worst be
+    inconclusive. ``max_pairs``: measure with the first pairs only (a case whose
+    inputs do not fit every side's memory at once).
     """
     budget = cfg.budget_s
     logs: list[float] = []
@@ -117,22 +138,35 @@ def measure_stage(
     checked: PairedResult | None = None
     result: PairedResult | None = None
     attempts = 0
+    costs: dict[str, float] = {}
+    screened: dict[str, Any] = {"resetups": 0, "excluded_pairs": 0, "rows": []}
     for attempt in range(retries + 1):
-        if attempt and fresh_sides:
-            sides.restart()  # a process's own offset becomes noise across attempts
+        if attempt and deadline is not None and time.perf_counter() >= deadline:
+            break  # the run's GPU budget is spent: the case stays as it is (inconclusive)
+        if attempt and fresh_processes:
+            sides.restart()
         a, b = sides.pair()
+        if max_pairs is not None:  # a case too large for every side's memory at once
+            a, b = a[:max_pairs], b[:max_pairs]
+        turn = (rotation + attempt) % len(b)
+        b = b[turn:] + b[:turn]  # candidate i measures beside baseline i - turn
         attempts = attempt + 1
         result = compare(
             a, b, factory, side_params, side_params, with_budget(cfg, budget),
             first_pair={"check": True},
         )  # fmt: skip
         checked = checked or result
+        for key, value in result.costs.items():
+            costs[key] = costs.get(key, 0.0) + value
+        screened["resetups"] += result.resetups
+        screened["excluded_pairs"] += len(result.excluded_pairs)
+        screened["rows"] += result.screen
+        if result.sick:  # the screen's sick processes do not measure the next case
+            sides.replace(result.sick)
         reliable = reliable and result.reliable
         throttled += result.throttled_blocks
         logs += [math.log(r) for r in result.group_ratios]
-        same_unit = sides.pairs > 1 and not fresh_sides
-        units = result.clusters or []
-        clusters += [c if same_unit else attempt * 1000 + c for c in units]
+        clusters += [attempt * 1000 + c for c in result.clusters or []]
         judged_by = clusters if result.clusters is not None else None
         ratio, lo, hi, verdict = judge_reliable(logs, cfg, judged_by, reliable)
         result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
@@ -149,7 +183,7 @@ def measure_stage(
     )
     return Outcome(
         result, attempts, CaseVerdict(result.verdict), accuracy, seed, reliable, throttled,
-        base, cand,
+        base, cand, costs, screened,
     )  # fmt: skip
 
 

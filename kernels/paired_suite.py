@@ -9,16 +9,24 @@ pair. The first pair's two sides check their result against the reference
 the two errors can be compared; then blocks alternate ABBA/BAAB and the ratio
 candidate/baseline gets an interval and a verdict (``kernels/verdict.py``).
 
+- **One pool per suite**: the side processes start once (interpreter, torch, CUDA
+  context) and every case is streamed to them; a case costs its set-up, one check
+  per role, the screen and its blocks (``paired.cost``, ``paired.gpu_s``).
 - **Re-measures**: an *inconclusive* case is measured again, with twice the
-  budget, up to ``--retries`` times, in fresh side processes (the process is the
-  unit: an offset that belongs to one process becomes noise in the interval
-  rather than a bias; ``--reuse-sides`` opts out), and the groups of all its
-  attempts are judged together. ``--pairs m`` does that within one attempt.
+  budget, up to ``--retries`` times, each time set up anew in every side with the
+  candidates paired to other baselines (a set-up is the unit of a short kernel's
+  offset, which a new one draws again; ``--fresh-processes`` starts new processes
+  instead), and the groups of all its attempts are judged together.
+- **The screen**: a side of a short (graph-timed) kernel that runs far slower than
+  its role's others is set up again before its groups count (``paired.compare``).
+- **A GPU budget** (``--gpu-budget``): cases it leaves unmeasured end
+  inconclusive with a note, and the run neutral.
 - **Accuracy**: a candidate whose error grew beyond the margin over the
   baseline's on the same inputs is ``less_accurate``, even inside the bound.
 - **Two stages**: a verdict that would block (regression, less_accurate) is
-  confirmed by an independent stage (fresh processes, new inputs, its own
-  groups); if it disagrees the case is ``inconclusive``. Both are recorded.
+  confirmed by an independent stage (new inputs, new set-ups, other pairings, its
+  own groups, more re-measures); if it disagrees the case is ``inconclusive``.
+  Both are recorded.
 - **Telemetry**: one block under the clock floor or under a thermal/hardware
   throttle reason makes the case unreliable; it is then at worst inconclusive.
 - **A failed baseline check** is re-checked once in fresh processes before the
@@ -42,6 +50,8 @@ candidate, with a ``paired`` section holding the comparison:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import sys
@@ -101,6 +111,11 @@ FACTORY = "kernelwatch.kernels.paired_suite:case"
 # offset (for an fp32 add: ±0.3 %, so pairs differ by 0 or ±0.6 %); over 8 pairs the
 # ratio's run-to-run SD was 0.11-0.14 % (docs/measurement.md, run 11).
 GPU_PAIRS = 8
+# Re-measures the confirmation may make beyond stage 1's: a block needs both stages to
+# say regression, so the gate's power is the product of theirs; the confirmation runs
+# only for would-block cases (rare), so it can afford to decide more often
+# (tests/kernels/test_verdict_simulation.py: +1 % caught >= 95 % with both stages).
+CONFIRMATION_EXTRA_RETRIES = 2
 
 
 class BrokenCase(RuntimeError):
@@ -134,7 +149,7 @@ def case(
     errors returned as the set-up ``info``; a wrong result raises ``BrokenCase``.
     """
     device = _device()
-    spec = _find(load_suite(suite, size, device), case_id, backend)
+    spec = _find(_suite(suite, size, device.type), case_id, backend)
     if not check:
         fn = load_impl(resolve_impl(impl), spec.kernel)
         gen = torch.Generator(device=device)
@@ -151,11 +166,22 @@ def case(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return call, inputs, _timer_hints(spec)
+    began = time.perf_counter()
     fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device, seed)
     if not correctness.passed:
         raise BrokenCase(correctness.detail or "correctness check failed", correctness)
-    info = {"correctness": asdict(correctness), **_timer_hints(spec)}
+    info = {
+        "correctness": asdict(correctness),
+        "check_s": time.perf_counter() - began,
+        **_timer_hints(spec),
+    }
     return (lambda i: spec.invoke(fn, i)), inputs, info
+
+
+@functools.cache
+def _suite(suite: str, size: str, device_type: str) -> list[CaseSpec]:
+    """A side's suite, built once a process: a pool's sides set up every case of it."""
+    return load_suite(suite, size, torch.device(device_type))
 
 
 def _timer_hints(spec: CaseSpec) -> dict[str, Any]:
@@ -183,21 +209,74 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--baseline-path", required=True, help="PYTHONPATH of the baseline library")
     p.add_argument("--candidate-path", required=True, help="PYTHONPATH of the candidate")
-    p.add_argument("--baseline-python", default=sys.executable)
-    p.add_argument("--candidate-python", default=sys.executable)
-    p.add_argument("--suite", action="append", required=True)
+    p.add_argument(
+        "--baseline-python",
+        default=sys.executable,
+        help="interpreter of the baseline's environment (default: this one)",
+    )
+    p.add_argument(
+        "--candidate-python",
+        default=sys.executable,
+        help="interpreter of the candidate's environment (default: this one)",
+    )
+    p.add_argument("--suite", action="append", required=True, help="suite to run (repeatable)")
     p.add_argument("--impl", required=True, help="module providing the kernels (both sides)")
-    p.add_argument("--backend", default=None)
+    p.add_argument("--backend", default=None, help="backend name in the case ids (default: --impl)")
     p.add_argument("--size", default=None, help="default smoke on CPU, quick on GPU")
     p.add_argument("--out", required=True, help="JSON-lines file ('-' for stdout)")
-    p.add_argument("--kernel", action="append", default=None)
-    p.add_argument("--skip-case", action="append", default=[])
+    p.add_argument("--kernel", action="append", default=None, help="only this kernel (repeatable)")
+    p.add_argument(
+        "--skip-case", action="append", default=[], help="leave this case id out (repeatable)"
+    )
     p.add_argument("--case", default="", help=CASE_HELP)
-    p.add_argument("--min-effect", type=float, default=PairedConfig.min_effect)
-    p.add_argument("--confidence", type=float, default=PairedConfig.confidence)
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=PairedConfig.min_effect,
+        help="smallest relative change that counts (default 0.01: 1 %%)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=PairedConfig.confidence,
+        help="two-sided level of one stage's interval (default 0.99)",
+    )
     p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
     p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
-    p.add_argument("--placements", type=int, default=None)
+    p.add_argument(
+        "--placements", type=int, default=None, help="instances of a case per side process"
+    )
+    p.add_argument(
+        "--gpu-budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="GPU wall seconds for the whole run, start-up included: cases it leaves "
+        "unmeasured end inconclusive (the run neutral), never silently dropped",
+    )
+    p.add_argument(
+        "--screen-tol",
+        type=float,
+        default=PairedConfig.screen_tol,
+        help="a side this far from its role's median level is set up again, then left "
+        "out with its pair (default 0.03; 0: off)",
+    )
+    p.add_argument(
+        "--graph-footprint-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="memory the input copies of a graph-timed case fill (default 1024: many "
+        "placements in every sample; kernels/timing.py)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure each case N times (new inputs each time), one record each: how "
+        "often a verdict repeats (the benchmarks' detection trials)",
+    )
     p.add_argument(
         "--pairs",
         type=int,
@@ -206,19 +285,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "process carries an offset of its own (docs/measurement.md, runs 8 and 11)",
     )
     p.add_argument(
-        "--fresh-sides",
-        dest="fresh_sides",
+        "--fresh-processes",
+        dest="fresh_processes",
         action="store_true",
-        default=True,
-        help="new side processes for each re-measure and the confirmation (the default: "
-        "the process is the unit, its own offset becomes noise in the interval)",
-    )
-    p.add_argument(
-        "--reuse-sides",
-        dest="fresh_sides",
-        action="store_false",
-        help="re-measure in the same side processes (faster set-up, but more groups "
-        "cannot shrink the between-process error)",
+        default=False,
+        help="new side processes for each re-measure and the confirmation (default: a "
+        "new set-up in the same processes, the unit of a short kernel's offsets; new "
+        "processes cost seconds of CUDA contexts each)",
     )
     p.add_argument(
         "--seed",
@@ -226,7 +299,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="seed of every case's inputs (default: a new one per case, recorded)",
     )
-    p.add_argument("--case-timeout", type=float, default=300.0, help="per set-up or block")
+    p.add_argument("--case-timeout", type=float, default=300.0, help="seconds per set-up or block")
     p.add_argument("--library", default="{}", help="JSON of the candidate library")
     p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
     args = p.parse_args(argv)
@@ -263,6 +336,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         block_s=0.02 if not cpu else 0.01,
         ask_timeout_s=args.case_timeout,
     )
+    if args.screen_tol is not None:
+        cfg.screen_tol = args.screen_tol
+    if args.graph_footprint_mb is not None:
+        cfg.timer["graph_footprint_bytes"] = int(args.graph_footprint_mb * 2**20)
+    began = time.perf_counter()
+    deadline = began + args.gpu_budget if args.gpu_budget is not None else None
     sides = _Sides(
         {"A": args.baseline_python, "B": args.candidate_python},
         {"A": args.baseline_path, "B": args.candidate_path},
@@ -272,15 +351,24 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     try:
         library, baseline_library = json.loads(args.library), json.loads(args.baseline_library)
-        for suite, spec, cid in selected_cases(
-            args.suite, size, device, backend, args.kernel, args.skip_case, args.case
+        for suite, spec, cid in (
+            chosen
+            for chosen in selected_cases(
+                args.suite, size, device, backend, args.kernel, args.skip_case, args.case
+            )
+            for _ in range(max(1, args.repeat))
         ):
             params = {"suite": suite, "size": size, "case_id": cid, "impl": args.impl,
                       "backend": backend}  # fmt: skip
-            record = measure_case(
-                sides, spec, suite, cid, backend, params, cfg, args.retries, args.fresh_sides,
-                args.seed,
-            )  # fmt: skip
+            case_began = time.perf_counter()
+            if deadline is not None and case_began >= deadline:
+                record = unmeasured(spec, suite, cid, backend, args.gpu_budget)
+            else:
+                record = measure_case(
+                    sides, spec, suite, cid, backend, params, cfg, args.retries,
+                    args.fresh_processes, args.seed, deadline,
+                )  # fmt: skip
+            _priced(record, sides.take_costs(), time.perf_counter() - case_began)
             record["library"] = library
             record["paired"]["baseline_library"] = baseline_library
             if threads is not None:
@@ -337,10 +425,31 @@ def _verdict(record: dict[str, Any]) -> str | None:
 
 
 class _Sides:
-    """The side processes, ``pairs`` per role, restarted after a crash or a hang."""
+    """The side processes, ``pairs`` per role, live across the cases of a suite.
 
-    def __init__(self, pythons: dict[str, str], paths: dict[str, str], pairs: int = 1) -> None:
+    Started once (interpreter, torch, CUDA context: seconds each, 16 contexts at
+    once ~10 s on the H200), each side makes its CUDA context at spawn
+    (``Side.ready``), and every case, re-measure and confirmation sets itself up in
+    these processes. ``restart`` (``--fresh-processes``) and a crashed, hung or sick
+    side start new ones. (A spare pool started in the background while the first
+    measured disturbed its blocks by up to 5x on the H200, 2026-12-02: no process
+    starts while a comparison runs.)
+
+    ``take_costs`` hands each case the start-up it waited for: ``start_wait_s`` (what
+    it cost the case) and, for sides that came up during it, the slowest side's
+    ``process_start_s`` (interpreter and imports) and ``cuda_context_s``.
+    """
+
+    def __init__(
+        self,
+        pythons: dict[str, str],
+        paths: dict[str, str],
+        pairs: int = 1,
+        ready_timeout_s: float | None = 600.0,
+    ) -> None:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
+        self.ready_timeout_s = ready_timeout_s
+        self._costs: dict[str, float] = {}
         self.sides = {name: self._start_all(name) for name in self.paths}
 
     def _start_all(self, name: str) -> list[Side]:
@@ -352,12 +461,52 @@ class _Sides:
         """A side: its own library first on the path, then what the coordinator has."""
         own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         path = os.pathsep.join([p for p in self.paths[role].split(os.pathsep) if p] + own)
-        return Side(label, python=self.pythons[role], env={"PYTHONPATH": path})
+        return Side(label, python=self.pythons[role], env={"PYTHONPATH": path}, hello=True)
+
+    def _wait_ready(self, sides: list[Side]) -> None:
+        """Wait until every side is up; count the wait and the slowest start-up."""
+        waited = time.perf_counter()
+        starts: list[dict[str, float]] = []
+        fresh = [s for s in sides if s.started is None]
+        for side in fresh:
+            starts.append(side.ready(self.ready_timeout_s))
+        if not starts:
+            return
+        self._add("start_wait_s", time.perf_counter() - waited)
+        self._add("process_start_s", max(x["start_s"] - x["cuda_s"] for x in starts))
+        self._add("cuda_context_s", max(x["cuda_s"] for x in starts))
+
+    def _add(self, key: str, value: float) -> None:
+        self._costs[key] = self._costs.get(key, 0.0) + value
+
+    def take_costs(self) -> dict[str, float]:
+        costs, self._costs = self._costs, {}
+        return costs
 
     def restart(self) -> None:
-        self.close()
-        for name in self.sides:
-            self.sides[name] = self._start_all(name)
+        """Fresh processes for every side."""
+        began = time.perf_counter()
+        self._close(self.sides)
+        self.sides = {name: self._start_all(name) for name in self.paths}
+        self._add("restart_s", time.perf_counter() - began)
+
+    def release(self) -> None:
+        """Every side drops its case and gives its GPU memory back (``serve``'s release)."""
+        every = [side for sides in self.sides.values() for side in sides]
+        for side in every:
+            with contextlib.suppress(SideDied):
+                side.send({"cmd": "release"})
+        for side in every:
+            with contextlib.suppress(SideError, SideDied, SideTimeout):
+                side.receive("release", self.ready_timeout_s)
+
+    def replace(self, names: Sequence[str]) -> None:
+        """New processes for the named sides only (the screen's sick ones)."""
+        for sides in self.sides.values():
+            for i, side in enumerate(sides):
+                if side.name in names:
+                    side.close(grace_s=2.0)
+                    sides[i] = self._start(side.name, side.name[:1])
 
     def pair(self) -> tuple[list[Side], list[Side]]:
         for role, sides in self.sides.items():
@@ -365,16 +514,52 @@ class _Sides:
                 if not side.alive():
                     side.close()
                     sides[i] = self._start(side.name, role)
+        self._wait_ready([s for sides in self.sides.values() for s in sides])
         return self.sides["A"], self.sides["B"]
 
     def close(self, grace_s: float = 10.0) -> None:
         """Every side asked to quit at once, then reaped against one shared deadline."""
-        every = [side for sides in self.sides.values() for side in sides]
+        self._close(self.sides, grace_s)
+
+    @staticmethod
+    def _close(pool: dict[str, list[Side]], grace_s: float = 10.0) -> None:
+        every = [side for sides in pool.values() for side in sides]
         for side in every:
             side.request_quit()
         deadline = time.monotonic() + grace_s
         for side in every:
             side.reap(deadline)
+
+
+def unmeasured(
+    spec: CaseSpec, suite: str, cid: str, backend: str, budget_s: float | None
+) -> dict[str, Any]:
+    """The record of a case the run's GPU budget left unmeasured: inconclusive, said so.
+
+    It keeps the run honest: the case is not dropped, it counts as undecided (the run
+    ends ``neutral``), and the note names the budget that ran out.
+    """
+    record = blank_record(spec, suite, cid, backend)
+    record.status = "skip"
+    record.error = f"not measured: the run's GPU budget of {budget_s:g} s was spent"
+    paired = PairedSection(verdict=str(CaseVerdict.INCONCLUSIVE), note=record.error)
+    return _as_dict(record, paired)
+
+
+def _priced(record: dict[str, Any], pool: dict[str, float], wall_s: float) -> None:
+    """The case's GPU seconds and their breakdown (``PairedSection.gpu_s`` / ``cost``).
+
+    The card is held for the whole wall time of the case, start-up waits included, so
+    that is its price; the breakdown adds the pool's start-up seconds it waited for
+    to the stages' own (``PairedStage.costs``).
+    """
+    paired = record.setdefault("paired", {})
+    cost: dict[str, float] = dict(paired.get("cost") or {})
+    for key, value in pool.items():
+        cost[key] = cost.get(key, 0.0) + value
+    cost["wall_s"] = wall_s
+    paired["cost"] = {k: round(v, 4) for k, v in cost.items()}
+    paired["gpu_s"] = round(wall_s, 4)
 
 
 def measure_case(
@@ -386,13 +571,14 @@ def measure_case(
     params: dict[str, Any],
     cfg: PairedConfig,
     retries: int,
-    fresh_sides: bool = True,
+    fresh_processes: bool = False,
     seed: int | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """One case to one candidate record with a ``paired`` section.
 
-    Stage 1 measures (with up to ``retries`` re-measures while inconclusive, in
-    fresh side processes unless ``fresh_sides`` is off); a flaky baseline check is
+    Stage 1 measures (with up to ``retries`` re-measures while inconclusive, each a
+    new set-up, in new processes with ``fresh_processes``); a flaky baseline check is
     re-checked once in fresh processes first. A stage-1 verdict that would block
     (regression, less_accurate) is confirmed by an independent stage: fresh
     processes, new inputs, its own groups; if it disagrees the case is inconclusive
@@ -402,38 +588,80 @@ def measure_case(
     paired = PairedSection(verdict="error")
     seed = random_seed() if seed is None else seed
     paired.seed = seed
+    stage = functools.partial(measure_stage, sides, FACTORY, params, cfg, retries, fresh_processes)
     try:
-        try:
-            first = measure_stage(sides, FACTORY, params, cfg, retries, fresh_sides, seed)
-        except SideError as exc:
-            if not (_broken(exc) and _role(exc.side) == "A"):
-                raise
-            # One failed baseline check may be a flake (a race, a sick process): check
-            # again in fresh processes on the same inputs before calling it broken.
-            sides.restart()
-            paired.note = f"baseline check failed once, re-checked: {exc.remote}"
-            first = measure_stage(sides, FACTORY, params, cfg, retries, fresh_sides, seed)
+        first, pairs = _first_stage(sides, stage, seed, deadline, paired)
+        stage = functools.partial(stage, max_pairs=pairs)
         paired.attempts = first.attempts
         second: Outcome | None = None
         final = first.verdict
-        if final in BLOCKING:
-            sides.restart()  # independent: new processes, new inputs, its own groups
+        confirming = time.perf_counter()
+        if final in BLOCKING and deadline is not None and confirming >= deadline:
+            final = CaseVerdict.INCONCLUSIVE  # unconfirmed: never a block on one stage
+            paired.note = "not confirmed: the run's GPU budget was spent"
+        elif final in BLOCKING:
+            if fresh_processes:
+                sides.restart()
+            # independent: new inputs, new set-ups, other pairings, its own groups
             try:
+                # more re-measures than stage 1: it runs only for would-block cases, and a
+                # true regression left inconclusive here is a miss (power = p1 x p2)
                 second = measure_stage(
-                    sides, FACTORY, params, cfg, retries, fresh_sides, next_seed(seed)
-                )
+                    sides, FACTORY, params, cfg, retries + CONFIRMATION_EXTRA_RETRIES,
+                    fresh_processes, next_seed(seed), rotation=max(1, pairs // 2),
+                    max_pairs=pairs,
+                )  # fmt: skip
                 final = confirmed(first, second)
             except SideError as exc:
                 if not (_broken(exc) and _role(exc.side) == "A"):
                     raise
                 final = CaseVerdict.INCONCLUSIVE  # the baseline broke on the new inputs
                 paired.note = f"confirmation: baseline was broken: {exc.remote}"
+            paired.cost["confirmation_s"] = time.perf_counter() - confirming
     except SideError as exc:
         return _side_failed(record, paired, exc)
     except (SideDied, SideTimeout) as exc:  # crash or hang: recorded, the sides restart
         record.error = str(exc)
         return _as_dict(record, paired)
-    return _as_dict(*_passed(record, paired, first, second, final, cfg, sides.pairs))
+    record, section = _passed(record, paired, first, second, final, cfg, pairs)
+    section.cost = {**first.costs, **paired.cost}
+    return _as_dict(record, section)
+
+
+def _first_stage(
+    sides: _Sides,
+    stage: Callable[..., Outcome],
+    seed: int,
+    deadline: float | None,
+    paired: PairedSection,
+) -> tuple[Outcome, int]:
+    """Stage 1 and the pairs it used, past two failures that are not the case's answer.
+
+    - A side out of GPU memory (2m processes each holding a large case did not fit
+      the card, as FP8 grouped GEMMs did not on the H200): every side gives its memory
+      back and the stage runs again with half the pairs, down to one.
+    - One failed baseline check may be a flake (a race, a sick process): checked again
+      in fresh processes on the same inputs before the baseline is taken for broken.
+    """
+    pairs = sides.pairs
+    rechecked = False
+    while True:
+        try:
+            return stage(seed, deadline, max_pairs=pairs), pairs
+        except SideError as exc:
+            if _out_of_memory(exc) and pairs > 1:
+                pairs //= 2
+                sides.release()
+                paired.note = (
+                    f"measured with {pairs} pair{'s' if pairs > 1 else ''}: "
+                    f"{2 * sides.pairs} sides' inputs did not fit the GPU's memory at once"
+                )
+            elif _broken(exc) and _role(exc.side) == "A" and not rechecked:
+                rechecked = True
+                sides.restart()
+                paired.note = f"baseline check failed once, re-checked: {exc.remote}"
+            else:
+                raise
 
 
 def _passed(
@@ -491,6 +719,10 @@ def _passed(
         confirmation=second.section() if second is not None else None,
     )
     return record, paired
+
+
+def _out_of_memory(exc: SideError) -> bool:
+    return exc.remote.startswith(("OutOfMemoryError", "torch.OutOfMemoryError"))
 
 
 def _broken(exc: SideError) -> bool:

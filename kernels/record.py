@@ -128,7 +128,10 @@ class PairedStage:
     over baseline error per measure). excluded_effect: a relative change beyond
     ±this is ruled out by the interval. reliable: no block ran throttled
     (``throttled_blocks`` did). baseline_errors/candidate_errors: each side's
-    check on this stage's inputs (``correctness.check`` errors).
+    check on this stage's inputs (``correctness.check`` errors). costs: seconds by
+    where they went (setup_s, check_s, screen_s, blocks_s; ``paired.PairedResult``).
+    resetups / excluded_pairs / screen: the screen's work (sides set up again, pairs
+    left out, and each side's deviation from its role's median per round).
     """
 
     verdict: str
@@ -147,6 +150,10 @@ class PairedStage:
     accuracy_growth: dict[str, float | None] = field(default_factory=dict)
     baseline_errors: dict[str, float | None] = field(default_factory=dict)
     candidate_errors: dict[str, float | None] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)
+    resetups: int = 0
+    excluded_pairs: int = 0
+    screen: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -209,6 +216,14 @@ class PairedSection:
     detail: str = ""
     stage1: PairedStage | None = None
     confirmation: PairedStage | None = None
+    # The price (issue 25): gpu_s is the GPU wall time the case held the card, from
+    # the end of the previous case to its record (side start-up it waited for, set-up,
+    # check, screen, blocks, re-measures, confirmation); cost breaks it down:
+    # process_start_s, cuda_context_s, restart_s, setup_s, check_s, screen_s, blocks_s,
+    # confirmation_s, wall_s. A case the run's GPU budget left unmeasured is
+    # ``inconclusive`` with a ``note`` that says so (``--gpu-budget``).
+    gpu_s: float | None = None
+    cost: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PairedSection:

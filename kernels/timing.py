@@ -8,7 +8,8 @@ On a GPU it works like NVIDIA nvbench, tuned for comparing versions:
   stopped rising (or ``max_warmup_s``), and remember that level.
 - **Cold L2 by default.** Before each sample a buffer of 2× the L2 size is
   written, evicting the inputs. With CUDA graphs, flushing between calls is not
-  possible, so the graph rotates over enough input copies to exceed 2× L2.
+  possible, so the graph rotates over enough input copies to exceed 2× L2 and
+  ``graph_footprint_bytes`` (1 GiB: many placements averaged in every sample).
 - **CUDA events around each sample**; a sample may be one launch or a CUDA graph
   of N calls (launch-bound kernels, where launch jitter would dominate).
 - **Stopping rule**: sample until the 95 % interval of the median is within
@@ -52,6 +53,12 @@ class TimerConfig:
     cuda_graph: bool | None = None  # None: graphs when one call takes < graph_below_s
     graph_below_s: float = 50e-6
     graph_sample_s: float = 0.5e-3  # target length of one graph replay
+    # A graph rotates over input copies that fill at least this much memory (and 2x
+    # the L2). On the H200 a 12 us GEMM rotating over 4 copies (2x L2) sat 2-3 % off
+    # in one set-up and elsewhere in the next, for the set-up's whole life
+    # (2026-12-02, docs/measurement.md §6): each copy's placement is a draw, and a few
+    # copies average few draws. Capped at 256 copies.
+    graph_footprint_bytes: int = 2**30
     target_rel_ci: float = 0.005
     ci_level: float = 0.95
     budget_s: float = 2.0
@@ -198,6 +205,7 @@ class _CudaSampler(Sampler):
         self.flush_buf: torch.Tensor | None = None
         self.flush_sink: torch.Tensor | None = None
         self.busy_s, self.busy_iters = 0.0, 0  # sized after warm-up (_size_keep_busy)
+        self.copies = 1  # input copies a graph rotates over (_graph_sampler)
         start = time.perf_counter()
         per_call, self.steady_mhz = self._warmup()
         self._size_keep_busy()
@@ -219,6 +227,7 @@ class _CudaSampler(Sampler):
         return {
             **super().describe(),
             "cuda_graph": self.use_graph,
+            "copies": self.copies,
             "steady_sm_mhz": self.steady_mhz,
             "warmup_s": self.warmup_s,
             "keep_busy_s": self.busy_s,
@@ -411,8 +420,10 @@ class _CudaSampler(Sampler):
         copies = [self.inputs]
         if cfg.cold_l2:
             nbytes = max(1, input_bytes(self.inputs))
-            want = min(256, math.ceil(2 * self.l2_bytes / nbytes))
+            footprint = max(2 * self.l2_bytes, cfg.graph_footprint_bytes)
+            want = min(256, math.ceil(footprint / nbytes))
             copies += [clone_inputs(self.inputs) for _ in range(want - 1)]
+        self.copies = len(copies)
         calls = max(len(copies), math.ceil(cfg.graph_sample_s / max(per_call, 1e-7)))
         calls = min(calls, 4096)
         stream = torch.cuda.Stream(self.device)

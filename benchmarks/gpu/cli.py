@@ -52,6 +52,7 @@ def commands() -> dict[str, ModuleType]:
         liger_replay,
         measure,
         paired,
+        power,
         prelude,
         prepare,
         prepare_cutlass_dsl,
@@ -60,7 +61,8 @@ def commands() -> dict[str, ModuleType]:
     )
 
     mods = (
-        prelude, gputests, measure, paired, states, suite_aa, libraries, bisect, fleet, cards,
+        prelude, gputests, measure, paired, states, suite_aa, power, libraries, bisect, fleet,
+        cards,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
         liger, liger_replay,
     )  # fmt: skip

@@ -3,13 +3,16 @@
 ``kernelwatch bench-paired`` (``kernels/paired_suite.py``, the merge gate's
 measurement) with the same library on both sides, over the quick ``gemm`` suite
 (torch: cuBLAS), ``decode`` (FlashInfer when a carried wheel or an install is
-there, else SDPA's gather path, said so in the JSON) and ``prefill`` (SDPA).
-Nothing changed, so every case should end ``unchanged``: per suite and pass it
-counts cases per verdict, whether a PR would have been blocked (a case
-``regression``, ``less_accurate`` or ``broken``), and the GPU **wall** seconds per
-case (from the moment each record was written, so process start and set-up are
-included) and per suite, beside the seconds of blocks. ``--passes N`` repeats
-the whole set. Options after ``--`` go to every ``bench-paired`` call.
+there, else SDPA's gather path, said so in the JSON), ``prefill`` (SDPA) and
+``layers`` (Liger-Kernel's Triton kernels, from ``--liger DIR``: a folder holding
+``liger_kernel``, default ``.src/liger/src``). Nothing changed, so every case
+should end ``unchanged``: per suite and pass it counts cases per verdict, whether
+a PR would have been blocked (a case ``regression``, ``less_accurate`` or
+``broken``), and the GPU **wall** seconds per case (each record's ``gpu_s``: side
+start-up it waited for, set-up, check, screen, blocks, re-measures) and per suite,
+with the median breakdown (``paired.cost``) and what the screen did (sides set up
+again, pairs left out). ``--passes N`` repeats the whole set. Options after ``--``
+go to every ``bench-paired`` call.
 
     python -m benchmarks.gpu suite-aa --passes 3 --flashinfer 0.5.3 -- --pairs 8
 """
@@ -21,14 +24,18 @@ import json
 import statistics
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu import host
 
 NAME = "suite-aa"
 HELP = "whole-suite A/A with bench-paired: verdicts and GPU wall s per case"
-BLOCKING = ("regression", "less_accurate", "broken")
 ADAPTERS = "kernelwatch.kernels.adapters"
+LIGER = host.SOURCES / "liger" / "src"
+# the breakdown's keys, in the order a case spends them (PairedSection.cost)
+COSTS = ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "setup_s",
+         "check_s", "screen_s", "blocks_s", "confirmation_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,8 @@ class SuiteRun:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", action="append", choices=("gemm", "decode", "prefill"))
+    p.add_argument("--suite", action="append", choices=("gemm", "decode", "prefill", "layers"))
+    p.add_argument("--liger", type=Path, default=LIGER, help="folder holding liger_kernel")
     p.add_argument("--passes", type=int, default=1)
     p.add_argument("--size", default=None, help="default quick (CPU: smoke)")
     p.add_argument("--flashinfer", metavar="VERSION", help="carried FlashInfer for decode")
@@ -75,10 +83,21 @@ def _plan(ctx: host.Context, args: argparse.Namespace) -> list[SuiteRun]:
     if "prefill" in wanted:
         kernels = ("prefill",) if ctx.cpu else ()
         runs.append(SuiteRun("prefill", f"{ADAPTERS}.sdpa", "sdpa", torch_lib, kernels=kernels))
+    if "layers" in wanted:
+        liger: Path = args.liger
+        lib = {"name": "liger-kernel", "version": "source"}
+        if (liger / "liger_kernel").is_dir():
+            runs.append(SuiteRun("layers", f"{ADAPTERS}.liger", "liger", lib, str(liger)))
+        else:
+            note = f"no liger_kernel in {liger}: skipped"
+            runs.append(SuiteRun("layers", f"{ADAPTERS}.liger", "liger", lib, note=note,
+                                 kernels=("none",)))  # fmt: skip
     return runs
 
 
 def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str, Any]:
+    from kernelwatch.kernels.verdict import BLOCKING
+
     verdicts: dict[str, int] = {}
     cases: list[dict[str, Any]] = []
     last = 0.0
@@ -87,30 +106,49 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
         verdict = paired.get("verdict") or r.get("status")
         verdicts[str(verdict)] = verdicts.get(str(verdict), 0) + 1
         at = arrivals[i] if i < len(arrivals) else last
+        stage1 = paired.get("stage1") or {}
         cases.append(
             {
                 "kernel": r.get("kernel"),
                 "case_id": r.get("case_id"),
+                "label": r.get("label"),
                 "params": r.get("params"),
                 "status": r.get("status"),
                 "verdict": verdict,
                 "ratio": paired.get("ratio"),
                 "ci": [paired.get("ci_low"), paired.get("ci_high")],
+                "median_s": paired.get("baseline_median"),
                 "blocks_s": paired.get("seconds"),
                 "attempts": paired.get("attempts"),
-                "wall_s": round(at - last, 2),
+                # the record's own price, else the time between records
+                "wall_s": round(paired.get("gpu_s") or (at - last), 2),
+                "cost": paired.get("cost") or {},
+                "resetups": stage1.get("resetups", 0),
+                "excluded_pairs": stage1.get("excluded_pairs", 0),
+                "screen": stage1.get("screen", []),
+                "group_ratios": paired.get("group_ratios", []),
+                "group_pairs": paired.get("group_pairs", []),
                 "error": (r.get("error") or "")[:300],
             }
         )
         last = at
-    blocked = [c for c in cases if c["verdict"] in BLOCKING]
-    walls = [c["wall_s"] for c in cases if c["status"] == "pass"]
+    blocked = [c for c in cases if c["verdict"] in {str(v) for v in BLOCKING}]
+    passed = [c for c in cases if c["status"] == "pass"]
+    walls = [c["wall_s"] for c in passed]
+    breakdown = {
+        key: round(statistics.median([c["cost"].get(key, 0.0) for c in passed]), 3)
+        for key in COSTS
+    } if passed else {}  # fmt: skip
     return {
         "verdicts": verdicts,
         "blocked": bool(blocked),
         "blocking_cases": blocked,
         "blocks_s": sum(c["blocks_s"] or 0 for c in cases),
+        "wall_s": sum(c["wall_s"] for c in cases),
         "wall_s_per_case_median": statistics.median(walls) if walls else None,
+        "cost_median": breakdown,
+        "resetups": sum(c["resetups"] for c in cases),
+        "excluded_pairs": sum(c["excluded_pairs"] for c in cases),
         "cases": cases,
     }
 
@@ -166,6 +204,23 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         any(r["blocked"] for r in results if r["pass"] == n + 1) for n in range(args.passes)
     )
     table.append(f"PRs that would be blocked: {blocked_passes} of {args.passes} passes")
+    every = [c for r in results for c in r["cases"] if c["status"] == "pass"]
+    if every:
+        walls = sorted(c["wall_s"] for c in every)
+        table.append(
+            f"GPU wall per measured case: median {statistics.median(walls):.2f} s over "
+            f"{len(walls)} cases (max {walls[-1]:.1f}); 200 cases at the median: "
+            f"{200 * statistics.median(walls) / 60:.1f} min"
+        )
+        medians = {k: statistics.median([c["cost"].get(k, 0.0) for c in every]) for k in COSTS}
+        table.append(
+            "median breakdown s: "
+            + "  ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in medians.items())
+        )
+        table.append(
+            f"screen: {sum(c['resetups'] for c in every)} sides set up again, "
+            f"{sum(c['excluded_pairs'] for c in every)} pairs left out"
+        )
     doc = {"size": size, "bench_args": extra, "passes": args.passes, "suites": results}
     doc["blocked_passes"] = blocked_passes
     return doc, table

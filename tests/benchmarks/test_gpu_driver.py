@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from benchmarks.gpu import cli, gputests, suite_aa
+from kernelwatch.kernels.verdict import BLOCKING
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,8 +124,11 @@ def test_suite_aa_counts_verdicts_and_wall_seconds_per_case(
     assert all(c["wall_s"] > 0 for c in cases)
     assert sum(c["wall_s"] for c in cases) <= suite["wall_s"]
     assert all(c["wall_s"] >= (c["blocks_s"] or 0) for c in cases)
-    assert suite["blocked"] == any(c["verdict"] in suite_aa.BLOCKING for c in cases)
+    assert suite["blocked"] == any(c["verdict"] in {str(v) for v in BLOCKING} for c in cases)
     assert res["blocked_passes"] == int(suite["blocked"])
+    # each case's price and where it went, from its record (PairedSection.gpu_s / cost)
+    assert all(c["cost"]["wall_s"] == pytest.approx(c["wall_s"], abs=0.01) for c in cases)
+    assert set(suite["cost_median"]) == set(suite_aa.COSTS)
 
 
 def test_a_deadline_already_past_starts_no_trial(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from kernelwatch.kernels.paired import PairedConfig, judge
+from kernelwatch.kernels.paired_suite import CONFIRMATION_EXTRA_RETRIES
 from kernelwatch.kernels.stats import t_quantile
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, confirm, decide
 
@@ -32,36 +33,73 @@ PAIRS = 8
 GROUP_SD = 0.003
 ROUNDS = 6  # rounds of one group per pair within the first attempt's budget
 RETRIES = 2
+SCREEN_RETRIES = PairedConfig.screen_retries
 TRIALS = 8000
 CASES_PER_PR = (50, 200)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    regression: float  # one-stage probability of a regression verdict
+    regression: float  # stage 1's probability of a regression verdict
     inconclusive: float  # left inconclusive after every re-measure (a neutral run)
     trials: int
+    confirming: float  # the confirmation's probability (more re-measures, independent)
 
     @property
     def confirmed(self) -> float:
-        """Two stages, independent and alike: a block needs both to say regression."""
-        return self.regression**2
+        """Two independent stages: a block needs both to say regression."""
+        return self.regression * self.confirming
 
     @property
     def confirmed_bound(self) -> float:
-        """An upper bound of ``confirmed`` (one-stage count + 3, the 95 % Poisson bound at 0)."""
-        return ((self.regression * self.trials + 3) / self.trials) ** 2
+        """An upper bound of ``confirmed`` (each count + 3, the 95 % Poisson bound at 0)."""
+        return (
+            (self.regression * self.trials + 3)
+            * (self.confirming * self.trials + 3)
+            / self.trials**2
+        )
 
 
-def _measure(rng: np.random.Generator, effect: float, x: float, n: int) -> Outcome:
-    """n simulated cases of one condition through the gate's protocol (see the module)."""
+def _measure(
+    rng: np.random.Generator, effect: float, x: float, n: int, slow: float = 0.0
+) -> Outcome:
+    """Stage 1 and the confirmation of n simulated cases of one condition (see the module)."""
+    first = _stage(rng, effect, x, n, RETRIES, slow)
+    second = _stage(rng, effect, x, n, RETRIES + CONFIRMATION_EXTRA_RETRIES, slow)
+    return Outcome(
+        regression=float(np.mean(first == CaseVerdict.REGRESSION)),
+        inconclusive=float(np.mean(first == CaseVerdict.INCONCLUSIVE)),
+        trials=n,
+        confirming=float(np.mean(second == CaseVerdict.REGRESSION)),
+    )
+
+
+def _stage(
+    rng: np.random.Generator, effect: float, x: float, n: int, retries: int, slow: float
+) -> np.ndarray:
+    """One stage's verdicts: attempts of fresh pairs, judged after every round.
+
+    ``slow``: the chance that a side's set-up sits in the 1.35x state of
+    docs/measurement.md §5. The screen (``paired.compare``) finds such a side among
+    its role's and sets it up again (a new draw), ``SCREEN_RETRIES`` times; a side
+    still slow then leaves the comparison with its pair; with more than half the
+    pairs off, all stay in. (Were the state a process's for life, set-ups again would
+    not help and only the pool's replacement of sick processes would: the H200 data of
+    the screen's rows say which.)
+    """
     shift = math.log1p(effect)
     verdict = np.full(n, "", dtype=object)
     undecided = np.arange(n)
     pooled: list[np.ndarray] = []  # pair means of finished attempts, (n, pairs) each
-    for attempt in range(RETRIES + 1):
+    for attempt in range(retries + 1):
         states = rng.choice([-x, x], size=(n, 2, PAIRS))
+        sick = rng.random((n, 2, PAIRS)) < slow ** (1 + SCREEN_RETRIES)
+        states = states + np.where(sick, math.log(1.35), 0.0)
         offset = shift + states[:, 1] - states[:, 0]
+        off_pair = sick.any(axis=1)
+        kept = off_pair.sum(axis=1) <= PAIRS // 2
+        # a left-out pair is NaN in its row: the interval is over the rest
+        offset = np.where(off_pair & kept[:, None], np.nan, offset)
         rounds = ROUNDS * 2**attempt
         noise = rng.standard_normal((n, PAIRS, rounds)) * GROUP_SD
         running = np.cumsum(noise, axis=2) / np.arange(1, rounds + 1)
@@ -83,18 +121,16 @@ def _measure(rng: np.random.Generator, effect: float, x: float, n: int) -> Outco
             undecided = np.asarray(still, dtype=int)
         pooled.append(offset + running[:, :, -1])
     verdict[undecided] = CaseVerdict.INCONCLUSIVE
-    return Outcome(
-        regression=float(np.mean(verdict == CaseVerdict.REGRESSION)),
-        inconclusive=float(np.mean(verdict == CaseVerdict.INCONCLUSIVE)),
-        trials=n,
-    )
+    return verdict
 
 
 def _interval(means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``judge``'s interval over the pair means of each row, vectorised."""
-    m = means.shape[1]
-    mean = means.mean(axis=1)
-    half = t_quantile(CONFIDENCE, m - 1) * means.std(axis=1, ddof=1) / math.sqrt(m)
+    """``judge``'s interval over the pair means of each row (NaN: a left-out pair)."""
+    m = np.sum(~np.isnan(means), axis=1)
+    mean = np.nanmean(means, axis=1)
+    quantile = {int(k): t_quantile(CONFIDENCE, int(k) - 1) for k in np.unique(m)}
+    t = np.asarray([quantile[int(k)] for k in m])
+    half = t * np.nanstd(means, axis=1, ddof=1) / np.sqrt(m)
     return np.exp(mean), np.exp(mean - half), np.exp(mean + half)
 
 
@@ -114,33 +150,34 @@ def test_the_vectorised_interval_is_judges() -> None:
 
 def test_false_blocks_and_power_of_the_rule() -> None:
     rng = np.random.default_rng(20261201)
-    table: dict[tuple[float, float], Outcome] = {}
-    for x in (0.003, 0.0055):
+    table: dict[tuple[float, float, float], Outcome] = {}
+    for x, slow in ((0.003, 0.0), (0.0055, 0.0), (0.003, 0.3)):
         for effect in (0.0, 0.005, 0.01, 0.02):
-            table[x, effect] = _measure(rng, effect, x, TRIALS)
+            table[x, slow, effect] = _measure(rng, effect, x, TRIALS, slow)
     print()
     print(f"minimum effect {MIN_EFFECT:.0%}, {PAIRS} pairs, {CONFIDENCE:.0%} per stage")
-    print("offset  effect  1-stage reg  2-stage reg  PR50 blk  PR200 blk inconclusive")
-    for (x, effect), o in table.items():
+    print("offset  slow  effect  stage-1 reg  confirmed   PR50 blk  PR200 blk inconclusive")
+    for (x, slow, effect), o in table.items():
         pr = [1 - (1 - o.confirmed) ** n for n in CASES_PER_PR]
         print(
-            f"±{x:.2%}  {effect:+.1%}   {o.regression:10.2e}  {o.confirmed:10.2e}  "
+            f"±{x:.2%}  {slow:.0%}  {effect:+.1%}   {o.regression:10.2e}  {o.confirmed:10.2e}  "
             f"{pr[0]:.2e}  {pr[1]:.2e}  {o.inconclusive:.3f}"
         )
-    for x in (0.003, 0.0055):
-        aa = table[x, 0.0]
+    for x, slow in ((0.003, 0.0), (0.0055, 0.0), (0.003, 0.3)):
+        aa = table[x, slow, 0.0]
         # A/A: at most 5e-5 per case, so at most 1 % of 200-case PRs blocked.
         assert aa.confirmed_bound <= 5e-5, aa
         assert 1 - (1 - aa.confirmed_bound) ** 200 <= 0.01
         assert aa.inconclusive <= 0.02, aa  # unchanged PRs end green, not neutral
-        assert table[x, 0.02].confirmed >= 0.99  # +2 %: caught
-    # +1 % with the offsets run 11 measured: caught >= 95 % after confirmation.
-    assert table[0.003, 0.01].confirmed >= 0.95
-    # With offsets of ±0.55 % the pair SD is 0.78 %: 8 pairs cannot reach 95 % at +1 %
-    # (the issue's target is missed there; what limits it is the pair count).
-    assert table[0.0055, 0.01].confirmed >= 0.85
+        assert table[x, slow, 0.02].confirmed >= 0.99  # +2 %: caught
+    # +1 %: caught >= 95 % with both stages, with the offsets run 11 measured and with
+    # 30 % of set-ups in the 1.35x state (screened out). With offsets twice run 11's
+    # (pair SD 0.78 %) 8 pairs reach 94-95 %: there the pair count limits the power.
+    assert table[0.003, 0.0, 0.01].confirmed >= 0.95
+    assert table[0.003, 0.3, 0.01].confirmed >= 0.95
+    assert table[0.0055, 0.0, 0.01].confirmed >= 0.93
     # Without the second stage the ±0.55 % offsets would block too many PRs: why confirm.
-    assert 1 - (1 - table[0.0055, 0.0].regression) ** 200 > 0.01
+    assert 1 - (1 - table[0.0055, 0.0, 0.0].regression) ** 200 > 0.01
 
 
 def test_confirmation_needs_two_regressions() -> None:

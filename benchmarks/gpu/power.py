@@ -1,0 +1,196 @@
+"""``inject``: the gate's power on real suite cases: +x % of work, measured by bench-paired.
+
+For each target (a suite case of a real library: a thin GEMM, FlashInfer decode,
+SDPA prefill, a Liger-Kernel norm, a large GEMM) ``kernelwatch bench-paired`` runs
+with ``--repeat N`` (N trials, new inputs each) in the merge gate's full protocol
+(pool of side processes, screen, re-measures, the fresh-process confirmation):
+the baseline is the library itself, the candidate the same library with ``--pct``
+percent of one call added after every call (``benchmarks/inject.py``: a calibrated
+spin, both sides launch it, only its length differs). Per target: trials,
+``regression`` after both stages (the gate's block), stage-1 regressions, other
+verdicts, the mean measured ratio and its SD over trials, the injected size the
+sides calibrated (nominal %), and GPU wall seconds per trial. ``--pct 0`` is an
+A/A of the same targets through the same wrapper.
+
+    python -m benchmarks.gpu inject --flashinfer 0.5.3 --trials 20 --pct 1 -- --pairs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.gpu import host
+
+NAME = "inject"
+HELP = "power on real cases: +x %% of work injected, verdicts over N trials (both stages)"
+ADAPTERS = "kernelwatch.kernels.adapters"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One case to inject into: which suite, library, adapter and case pattern."""
+
+    name: str
+    suite: str
+    impl: str
+    backend: str
+    case: str
+    needs: str = ""  # "flashinfer" or "liger": a library carried to the host
+
+
+# the kernel classes of issue 25 (two under 50 us) and where each comes from
+TARGETS = (
+    Target("gemm 64x4096x4096 (~12 us)", "gemm", f"{ADAPTERS}.gemm", "torch", "5bd254d775259072"),
+    Target(
+        "decode b1 x 8192 (~19 us)",
+        "decode",
+        f"{ADAPTERS}.flashinfer",
+        "flashinfer",
+        "3ddfd832efbc9ba4",
+        "flashinfer",
+    ),
+    Target(
+        "layernorm 16384x4096 (Liger)",
+        "layers",
+        f"{ADAPTERS}.liger",
+        "liger",
+        "74e971bbfa01e088",
+        "liger",
+    ),
+    Target("gemm 4096^3 (~175 us)", "gemm", f"{ADAPTERS}.gemm", "torch", "3d28f836ed5edb75"),
+    Target(
+        "prefill causal bf16 4x4096 (~1 ms)",
+        "prefill",
+        f"{ADAPTERS}.sdpa",
+        "sdpa",
+        "778abb1d91c5b87d",
+    ),
+)  # fmt: skip (case ids: kernels.record.case_id of the quick suites' cases)
+CPU_TARGETS = (Target("gemm (CPU)", "gemm", f"{ADAPTERS}.gemm", "torch", "gemm"),)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", action="append", help="targets whose name contains this")
+    p.add_argument("--trials", type=int, default=None, help="trials per target (20; CPU 2)")
+    p.add_argument("--pct", type=float, default=1.0, help="work added to the candidate, %%")
+    p.add_argument("--flashinfer", metavar="VERSION", help="carried FlashInfer for decode")
+    p.add_argument("--liger", type=Path, default=host.SOURCES / "liger" / "src")
+    p.add_argument("--target-timeout", type=float, default=300, help="seconds per target")
+    p.add_argument("bench_args", nargs="*", help="after --: more bench-paired options")
+
+
+def _library(ctx: host.Context, target: Target, args: argparse.Namespace) -> tuple[str, str]:
+    """The folder that holds the target's library ("" for torch itself), or why none."""
+    if target.needs == "flashinfer":
+        path, why = host.flashinfer(ctx, args.flashinfer)
+        return (path, "") if path is not None else ("", why)
+    if target.needs == "liger":
+        liger: Path = args.liger
+        ok = (liger / "liger_kernel").is_dir()
+        return (str(liger), "") if ok else ("", f"no liger_kernel in {liger}")
+    return "", ""
+
+
+def _summarise(records: list[dict[str, Any]], calibrations: list[dict[str, Any]]) -> dict[str, Any]:
+    verdicts: dict[str, int] = {}
+    stage1_reg = 0
+    ratios: list[float] = []
+    walls: list[float] = []
+    for r in records:
+        p = r.get("paired") or {}
+        v = str(p.get("verdict") or r.get("status"))
+        verdicts[v] = verdicts.get(v, 0) + 1
+        if (p.get("stage1") or {}).get("timing_verdict") == "regression":
+            stage1_reg += 1
+        if p.get("ratio") is not None:
+            ratios.append(float(p["ratio"]))
+        if p.get("gpu_s") is not None:
+            walls.append(float(p["gpu_s"]))
+    nominal = [c["nominal_pct"] for c in calibrations if c.get("pct")]
+    return {
+        "trials": len(records),
+        "flagged": verdicts.get("regression", 0),
+        "stage1_regressions": stage1_reg,
+        "verdicts": verdicts,
+        "ratio_mean": statistics.mean(ratios) if ratios else None,
+        "ratio_sd": statistics.stdev(ratios) if len(ratios) > 1 else None,
+        "nominal_pct_mean": statistics.mean(nominal) if nominal else None,
+        "nominal_pct_range": [min(nominal), max(nominal)] if nominal else None,
+        "gpu_s_per_trial_median": statistics.median(walls) if walls else None,
+        "gpu_s_total": sum(walls),
+        "cases": [_trial(r) for r in records],
+    }
+
+
+def _trial(record: dict[str, Any]) -> dict[str, Any]:
+    p = record.get("paired") or {}
+    return {
+        "verdict": p.get("verdict"),
+        "ratio": p.get("ratio"),
+        "ci": [p.get("ci_low"), p.get("ci_high")],
+        "stage1": p.get("stage1"),
+        "confirmation": p.get("confirmation"),
+        "cost": p.get("cost"),
+        "error": (record.get("error") or "")[:300],
+    }
+
+
+def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from benchmarks.inject import write_conf
+
+    trials = args.trials if args.trials is not None else (2 if ctx.cpu else 20)
+    extra = [a for a in args.bench_args if a != "--"]
+    if ctx.cpu and "--budget" not in extra:
+        extra += ["--budget", "0.3", "--retries", "0"]
+    pool = CPU_TARGETS if ctx.cpu else TARGETS
+    targets = [t for t in pool if not args.target or any(w in t.name for w in args.target)]
+    results: list[dict[str, Any]] = []
+    for t in targets:
+        label = t.name.split(" (")[0].replace(" ", "-").replace("^", "")
+        lib, why = _library(ctx, t, args)
+        if why:
+            results.append({"target": t.name, "skipped": why})
+            continue
+        log = ctx.logs / f"{label}-calibration.jsonl"
+        base = write_conf(ctx.logs / f"{label}-conf-A", t.impl, 0.0, log)
+        cand = write_conf(ctx.logs / f"{label}-conf-B", t.impl, args.pct, log)
+        out = ctx.logs / f"{label}.jsonl"
+        argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite"]
+        argv += ["--baseline-path", ":".join(x for x in (str(base), lib) if x)]
+        argv += ["--candidate-path", ":".join(x for x in (str(cand), lib) if x)]
+        argv += ["--suite", t.suite, "--impl", "benchmarks.inject", "--backend", t.backend]
+        argv += ["--case", t.case, "--repeat", str(trials), "--out", str(out)]
+        argv += ["--size", "smoke" if ctx.cpu else "quick"]
+        step = ctx.run(label, [*argv, *extra], args.target_timeout, reserve=5, watch=out)
+        summary = _summarise(host.read_jsonl(out), host.read_jsonl(log))
+        results.append({"target": t.name, "case": t.case, "rc": step.rc,
+                        "timed_out": step.timed_out, "skipped": step.skipped,
+                        "wall_s": round(step.seconds, 1), **summary})  # fmt: skip
+    table = [
+        f"{'target':<36}{'trials':>7}{'flagged':>8}{'stage1':>7}{'ratio':>9}{'sd %':>7}"
+        f"{'nominal %':>10}{'s/trial':>8}  verdicts"
+    ]
+    for r in results:
+        if "trials" not in r:
+            table.append(f"{r['target']:<36}  skipped: {r['skipped']}")
+            continue
+        ratio = "-" if r["ratio_mean"] is None else f"{r['ratio_mean']:.4f}"
+        sd = "-" if r["ratio_sd"] is None else f"{100 * r['ratio_sd']:.2f}"
+        nom = "-" if r["nominal_pct_mean"] is None else f"{r['nominal_pct_mean']:.2f}"
+        per = r["gpu_s_per_trial_median"]
+        table.append(
+            f"{r['target']:<36}{r['trials']:>7}{r['flagged']:>8}{r['stage1_regressions']:>7}"
+            f"{ratio:>9}{sd:>7}{nom:>10}{'-' if per is None else f'{per:.1f}':>8}  "
+            + " ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items()))
+            + (" TIMED OUT" if r["timed_out"] else "")
+            + (f" rc {r['rc']}" if r["rc"] not in (0, None) else "")
+        )
+    return {"pct": args.pct, "trials": trials, "bench_args": extra, "targets": results}, table
+
+
+__all__ = ["TARGETS", "Target", "run"]

@@ -1,0 +1,132 @@
+"""Implementation module ``benchmarks.inject``: a real library, made a known percentage slower.
+
+The gate's power is a claim about real kernels ("+1 % flagged >= 95 %"), so the
+benchmark needs candidates that are slower by a known amount on the suites' own
+cases. This module wraps another implementation module kernel by kernel: each
+call runs the real kernel, then ``spin(BASE + extra)`` (``kernels/spin.py``: one
+warp of dependent FMAs, no memory traffic). Both sides launch the spin, so only
+its iterations differ; the candidate's ``extra`` is sized, once per case shape in
+each process, to ``PCT`` % of one measured call (the real kernel plus the base
+spin), from the spin's own measured slope.
+
+Which side is which comes from a module on the side's ``PYTHONPATH``, as two
+library versions differ by their path: ``kwinject_conf`` with ``IMPL`` (the
+wrapped module, e.g. ``kernelwatch.kernels.adapters.gemm``), ``PCT`` (0 on the
+baseline) and ``LOG`` (a JSON-lines file each calibration is appended to, so the
+benchmark can state the injected size it asked for). ``write_conf`` makes one.
+
+Not part of the installed package: side processes import it from the repository
+root, as they import ``benchmarks.benchcases``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelwatch.kernels.spin import spin
+from kernelwatch.kernels.suite import load_impl
+
+CONF = "kwinject_conf"
+# the common base spin of both sides (benchmarks/benchcases.py uses the same)
+BASE_ITERS = 1000
+_extra: dict[tuple[str, tuple[Any, ...]], int] = {}
+
+
+def write_conf(folder: Path, impl: str, pct: float, log: Path) -> Path:
+    """A side's configuration module in ``folder`` (put it first on that side's path)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{CONF}.py").write_text(
+        f"IMPL = {impl!r}\nPCT = {float(pct)!r}\nLOG = {str(log)!r}\n", encoding="utf-8"
+    )
+    return folder
+
+
+def _conf() -> Any:
+    import importlib
+
+    return importlib.import_module(CONF)
+
+
+def _shape(value: Any) -> Any:
+    """What identifies a case's inputs across the copies a CUDA graph rotates over."""
+    if isinstance(value, torch.Tensor):
+        return ("t", tuple(value.shape), str(value.dtype))
+    if isinstance(value, dict):
+        return tuple(sorted((k, _shape(v)) for k, v in value.items() if not k.startswith("_")))
+    if isinstance(value, (list, tuple)):
+        return tuple(_shape(v) for v in value)
+    return value if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+
+
+def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: float) -> int:
+    """Extra spin iterations worth ``pct`` % of one call (kernel + base spin), measured.
+
+    The spin's slope is taken where it runs: calls with the base spin and calls with
+    ``PROBE`` more iterations, interleaved, in this process as the case runs. A slope
+    from long spins alone (``spin.seconds_per_iter``) read 4x too steep on the H200
+    while 16 side processes set up at once (the GPU time-slices long kernels between
+    processes), and a 12 us GEMM's "+1 %" injected +0.25 % (2026-12-02).
+    """
+    probe = 4 * BASE_ITERS
+    torch.cuda.synchronize()
+    for _ in range(3):
+        fn(*args)
+        spin(BASE_ITERS)
+    torch.cuda.synchronize()
+    base, more = [], []
+    for _ in range(5):  # interleaved: whatever else the GPU does hits both alike
+        base.append(_time_calls(fn, args, BASE_ITERS))
+        more.append(_time_calls(fn, args, BASE_ITERS + probe))
+    base.sort()
+    more.sort()
+    t_call = base[2]
+    slope = max(1e-12, (more[2] - base[2]) / probe)
+    extra = max(0, round(pct / 100 * t_call / slope))
+    conf = _conf()
+    if getattr(conf, "LOG", ""):
+        row = {"pid": os.getpid(), "kernel": kernel, "pct": pct, "t_call_s": t_call,
+               "spin_s_per_iter": slope, "extra_iters": extra,
+               "nominal_pct": 100 * extra * slope / t_call}  # fmt: skip
+        with open(conf.LOG, "a", encoding="utf-8") as log:
+            log.write(json.dumps(row) + "\n")
+    return extra
+
+
+def _time_calls(fn: Callable[..., Any], args: tuple[Any, ...], iters: int, reps: int = 20) -> float:
+    """Seconds of one call followed by a spin of ``iters``, over ``reps`` calls."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    spin(20 * BASE_ITERS)  # queued work: the start event does not time the host
+    begin.record()
+    for _ in range(reps):
+        fn(*args)
+        spin(iters)
+    end.record()
+    end.synchronize()
+    return float(begin.elapsed_time(end)) / 1e3 / reps
+
+
+def __getattr__(kernel: str) -> Callable[..., Any]:
+    """The wrapped kernel ``kernel`` of ``kwinject_conf.IMPL``, with its spin after it."""
+    if kernel.startswith("__"):
+        raise AttributeError(kernel)
+    conf = _conf()
+    fn = load_impl(conf.IMPL, kernel)
+    pct = float(conf.PCT)
+
+    def call(*args: Any) -> Any:
+        out = fn(*args)
+        if torch.cuda.is_available():
+            key = (kernel, _shape(args))
+            if key not in _extra:  # the first call of a case is eager (paired_suite.case)
+                _extra[key] = _calibrate(kernel, fn, args, pct) if pct else 0
+            spin(BASE_ITERS + _extra[key])
+        return out
+
+    call.__name__ = kernel
+    return call

@@ -1,0 +1,135 @@
+"""The pooled paired protocol (issue 25) on the CPU: screen, set-ups as units, memory, price.
+
+Real side processes with CPU work stand in for GPU kernels (``tests/paired_factories.py``):
+a first set-up that runs slow, a case that does not fit every side's memory at once.
+What is checked is the protocol's bookkeeping, which the H200 runs exercise with
+real kernels (docs/measurement.md §6).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from kernelwatch.kernels.paired import PairedConfig, Side, _Screen, compare
+from kernelwatch.kernels.paired_stages import measure_stage
+from kernelwatch.kernels.paired_suite import _first_stage, _Sides
+from kernelwatch.kernels.record import PairedSection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _screen(levels_a: list[float], levels_b: list[float], tol: float = 0.05) -> _Screen:
+    names = [SimpleNamespace(name=f"{r}{i}") for r in "AB" for i in range(len(levels_a))]
+    sides_a = cast(list[Side], names[: len(levels_a)])
+    sides_b = cast(list[Side], names[len(levels_a) :])
+    screen = _Screen(sides_a, sides_b, 10, PairedConfig(screen_tol=tol))
+    screen.level = {"A": levels_a, "B": levels_b}
+    return screen
+
+
+def test_the_screen_tells_a_slow_side_from_a_drift_that_moves_its_pair() -> None:
+    # pair 0 and 1 warmed up while the clock was still low: both sides 10 % slow (the
+    # H200's long kernels after 16 set-ups); A3 alone 30 % slow (a first set-up's state)
+    a = [1.10, 1.10, 1.00, 1.30, 1.00, 1.01]
+    b = [1.11, 1.09, 1.00, 1.00, 1.01, 1.00]
+    screen = _screen(a, b)
+    assert screen.off(screen.deviations()) == [("A", 3)]
+
+
+def test_the_screen_finds_the_state_when_most_of_a_role_is_in_it() -> None:
+    # a fresh pool on the H200 had 6 of 8 baseline sides in the slow state: the role's
+    # median was the slow level, and a median screen called the 2 healthy sides off
+    a = [1.27, 1.27, 1.26, 1.27, 1.00, 1.28, 1.27, 1.00]
+    b = [1.00] * 8
+    screen = _screen(a, b)
+    assert sorted(screen.off(screen.deviations())) == [("A", i) for i in (0, 1, 2, 3, 5, 6)]
+
+
+def test_the_screen_is_blind_to_the_difference_between_the_roles() -> None:
+    # a true 20 % regression moves every candidate alike: nothing is off
+    screen = _screen([1.0, 1.01, 0.99, 1.0], [1.2, 1.21, 1.19, 1.2])
+    assert screen.off(screen.deviations()) == []
+
+
+def test_a_side_slow_in_its_first_set_up_is_set_up_again_not_averaged(tmp_path: Path) -> None:
+    a = [Side(f"A{i}") for i in range(3)]
+    b = [Side(f"B{i}") for i in range(3)]
+    try:
+        cfg = PairedConfig(min_effect=0.5, budget_s=3, block_s=0.01, screen_tol=0.5)
+        params = {"token_dir": str(tmp_path), "slow": 4}
+        result = compare(a, b, "tests.paired_factories:first_setup_slow", params, params, cfg)
+        sick = (tmp_path / "sick").read_text()
+        first = [r for r in result.screen if r["round"] == 0]
+        off = [r["side"] for r in first if r["off"]]
+        pid_of = {s.name: str(s.proc.pid) for s in a + b}
+        assert [pid_of[name] for name in off] == [sick], result.screen
+        assert result.resetups >= 1
+        # set up again, the side is well: nothing left out, the ratio near 1
+        assert result.excluded_pairs == [] and result.sick == []
+        assert 0.5 < result.ratio < 2.0
+        assert {"setup_s", "check_s", "screen_s", "blocks_s"} <= set(result.costs)
+    finally:
+        for side in a + b:
+            side.close()
+
+
+def test_a_case_too_large_for_every_side_runs_with_half_the_pairs(tmp_path: Path) -> None:
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3)
+    try:
+        cfg = PairedConfig(min_effect=0.5, budget_s=1, block_s=0.01, screen_tol=0)
+        params: dict[str, Any] = {"live_dir": str(tmp_path / "live"), "limit": 3}
+        stage = functools.partial(
+            measure_stage, sides, "tests.paired_factories:memory_bound", params, cfg, 0, False
+        )
+        section = PairedSection(verdict="error")
+        outcome, pairs = _first_stage(sides, stage, 1234, None, section)
+        assert pairs == 1
+        assert "measured with 1 pair" in section.note and "memory" in section.note
+        assert set(outcome.result.pairs) == {0}
+        assert math.isfinite(outcome.result.ratio)
+    finally:
+        sides.close()
+
+
+def _bench_paired(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
+    out = tmp_path / "paired.jsonl"
+    argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", "--baseline-path", "",
+            "--candidate-path", "", "--suite", "basic", "--impl",
+            "kernelwatch.kernels.triton_kernels", "--kernel", "softmax", "--budget", "0.2",
+            "--retries", "0", "--out", str(out), *extra]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_every_case_carries_its_gpu_seconds_and_where_they_went(tmp_path: Path) -> None:
+    records = _bench_paired(tmp_path, "--repeat", "2")
+    assert len(records) == 2  # the smoke suite's one softmax case, twice
+    first, second = (r["paired"] for r in records)
+    for p in (first, second):
+        assert p["gpu_s"] > 0 and p["cost"]["wall_s"] == pytest.approx(p["gpu_s"])
+        spent = sum(p["cost"].get(k, 0.0) for k in ("setup_s", "screen_s", "blocks_s"))
+        assert 0 < spent <= p["gpu_s"] + 0.05
+    # the pool starts once: the first case waited for it, the second did not
+    assert first["cost"]["start_wait_s"] > 0 and first["cost"]["process_start_s"] > 0
+    assert "start_wait_s" not in second["cost"]
+    assert records[0]["paired"]["seed"] != records[1]["paired"]["seed"]
+
+
+def test_a_spent_gpu_budget_leaves_cases_inconclusive_and_says_so(tmp_path: Path) -> None:
+    records = _bench_paired(tmp_path, "--repeat", "3", "--gpu-budget", "0.5")
+    assert len(records) == 3  # never dropped
+    measured, *rest = records
+    assert measured["status"] == "pass"
+    for r in rest:
+        assert r["status"] == "skip" and r["paired"]["verdict"] == "inconclusive"
+        assert "GPU budget of 0.5 s was spent" in r["paired"]["note"]

@@ -1,0 +1,66 @@
+"""Case factories for the paired protocol's CPU tests: a first-set-up state, a memory limit.
+
+Side processes import them (``kernelwatch.kernels.paired`` factories are
+``module:function``) from the repository root, as they import ``benchmarks.benchcases``.
+Both model what the H200 showed (docs/measurement.md §6), with CPU work in place of
+a GPU kernel:
+
+- ``first_setup_slow``: the first process to set up (a token in ``token_dir``) runs
+  ``slow`` times the work in that set-up only, as a fresh process's first set-up of a
+  short kernel ran 1.1-1.35x slow for its whole life and a set-up again cured it;
+- ``memory_bound``: a set-up "holds memory" (a file in ``live_dir`` until its inputs
+  are collected) and fails with ``OutOfMemoryError`` when more than ``limit`` set-ups
+  are live at once, as 16 sides of an FP8 grouped GEMM did not fit the card.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SideCase = tuple[Any, ...]
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named like torch's: the coordinator recognises the error by its type name."""
+
+
+def _matmul(n: int, repeat: int) -> SideCase:
+    torch.set_num_threads(1)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+
+    def call(i: Any) -> Any:
+        r = None
+        for _ in range(repeat):
+            r = i[0] @ i[1]
+        return r
+
+    return call, (a, b)
+
+
+def first_setup_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
+    token = Path(token_dir) / "sick"
+    try:
+        fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return _matmul(n, 1)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return _matmul(n, slow)
+
+
+def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:
+    live = Path(live_dir)
+    live.mkdir(parents=True, exist_ok=True)
+    mine = live / f"{os.getpid()}-{id(object())}"
+    mine.touch()
+    call, inputs = _matmul(n, 1)
+    # the "memory" is held as long as the inputs live (the side's sampler holds them)
+    weakref.finalize(inputs[0], mine.unlink, missing_ok=True)
+    if len(list(live.iterdir())) > limit:
+        raise OutOfMemoryError(f"{len(list(live.iterdir()))} set-ups live, {limit} fit")
+    return call, inputs
