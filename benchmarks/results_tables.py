@@ -182,9 +182,11 @@ def dataset_index(data: Dataset) -> str:
                 str(row.measured)[:16].replace("T", " "),
                 row.card[:12],
                 f"{len(recs)} ({status})",
+                f"`{row.command}`",
             ]
         )
-    header = ["file", "repository", "commit", "compared with", "measured (UTC)", "card", "records"]
+    header = ["file", "repository", "commit", "compared with", "measured (UTC)", "card", "records",
+              "made by"]  # fmt: skip
     return _table(header, rows)
 
 

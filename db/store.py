@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, CommitParent, Repository, Result, Run
-from kernelwatch.kernels.record import SCHEMA_VERSION, ResultRecord, case_label
+from kernelwatch.kernels.record import SCHEMA_VERSION, ResultRecord, case_label, telemetry_of
 
 
 def source_suffix(source: str) -> str:
@@ -141,6 +141,8 @@ def store_record(session: Session, run: Run, record: ResultRecord) -> Result | N
     if exists is not None:
         return None
     timing, thr = record.timing, record.throughput
+    data = record.to_dict()
+    data["telemetry"] = telemetry_of(data)  # every stored record states it (paired too)
     result = Result(
         run_id=run.id,
         case_id=record.case_id,
@@ -156,7 +158,7 @@ def store_record(session: Session, run: Run, record: ResultRecord) -> Result | N
         device_name=str(record.device.get("name", "")),
         error=record.error,
         log_tail=record.log_tail,
-        record=json_safe(record.to_dict()),
+        record=json_safe(data),
     )
     session.add(result)
     session.flush()

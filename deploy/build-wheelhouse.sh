@@ -147,7 +147,8 @@ shopt -u nullglob
 ((${#built[@]} == 1)) || die "expected one wheel from $source_dir, got ${#built[@]}"
 wheel=${built[0]}
 
-# The project's runtime requirements (no extras), read from the wheel's METADATA.
+# The project's runtime requirements and its `gpu` extra (NVML: install-gpu-host.sh
+# installs kernelwatch[gpu]), read from the wheel's METADATA; other extras are left out.
 # torch is always dropped here (with --with-torch it is fetched below as --torch-spec,
 # from its own index); triton is kept only with --with-torch.
 mapfile -t requirements < <("$python_bin" - "$wheel" "$with_torch" <<'PY'
@@ -162,7 +163,9 @@ with zipfile.ZipFile(wheel) as zf:
     meta = Parser().parsestr(zf.read(name).decode())
 for req in meta.get_all("Requires-Dist") or []:
     if re.search(r"""\bextra\s*==""", req):
-        continue
+        if not re.search(r"""\bextra\s*==\s*["']gpu["']""", req):
+            continue
+        req = req.split(";", 1)[0].strip()  # the gpu extra's requirements carry no other marker
     project = re.match(r"[A-Za-z0-9._-]+", req).group(0).lower().replace("_", "-")
     if project == "torch" or (project == "triton" and not with_torch):
         continue

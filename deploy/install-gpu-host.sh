@@ -233,13 +233,13 @@ if [[ -n $wheelhouse ]]; then
         warn "no SHA256SUMS in the wheelhouse: files not verified"
     fi
     log "installing kernelwatch from $wheelhouse (offline)"
-    "${pip[@]}" install --no-index --find-links "$wheelhouse" kernelwatch
+    "${pip[@]}" install --no-index --find-links "$wheelhouse" "kernelwatch[gpu]"
     # The same version may have been rebuilt: always take the wheelhouse's copy.
     "${pip[@]}" install --no-index --find-links "$wheelhouse" --no-deps --force-reinstall \
         kernelwatch
 else
     log "installing kernelwatch from $source_dir"
-    "${pip[@]}" install -- "$source_dir"
+    "${pip[@]}" install -- "$source_dir[gpu]"
 fi
 [[ -x $venv/bin/kernelwatch ]] || die "the package installed no kernelwatch command"
 

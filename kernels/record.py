@@ -12,13 +12,19 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 SCHEMA_VERSION = 1
 
 Status = Literal["pass", "fail", "error", "skip"]
+
+# Whether NVML watched a GPU timing (``ResultRecord.telemetry``). ``live``: clocks,
+# temperature and throttle reasons were read while it ran, so the clock floor and the
+# throttle guard were on and ``reliable`` means something. ``off``: timed on a GPU with
+# no telemetry (nvidia-ml-py missing, NVML failing): nothing could mark it unreliable.
+TelemetryState = Literal["live", "off"]
 
 # The parameters that identify a case (``{"rows": 4, "dtype": "float16"}``): JSON
 # values by name, hashed into the case id. The one alias for them, here because the
@@ -258,6 +264,10 @@ class ResultRecord:
     # paired mode only (kernels/paired_suite.py): the comparison with the baseline
     # measured interleaved with this candidate
     paired: PairedSection | None = None
+    # ``live`` | ``off`` (``TelemetryState``) for a timing on a GPU; None where nothing
+    # was timed on one (a CPU run, a case that failed before timing, an older record:
+    # ``telemetry_of`` reads those from what they kept)
+    telemetry: TelemetryState | None = None
     schema: int = SCHEMA_VERSION
 
     @classmethod
@@ -305,6 +315,45 @@ def paired_section(record: Mapping[str, Any] | None) -> PairedSection | None:
     """
     data = (record or {}).get("paired")
     return None if data is None else PairedSection.from_dict(data)
+
+
+def telemetry_of(record: Mapping[str, Any] | None) -> TelemetryState | None:
+    """Whether a stored record's GPU timing was watched by NVML; None if it had none.
+
+    The record's ``telemetry`` field where it has one. Else what the record kept says
+    it: a runner's GPU timing carries ``device.nvml``; a paired comparison its candidate
+    side's ``device.paired_describe.telemetry`` or, in records older than that, the SM
+    clocks its blocks read (none: NVML was off). The store fills the field from here,
+    so every stored record states it.
+    """
+    rec = record or {}
+    states = get_args(TelemetryState)
+    stated = rec.get("telemetry")
+    if stated in states:
+        return typing.cast(TelemetryState, stated)
+    timing = rec.get("timing") or {}
+    if timing.get("timer") != "cuda_event":
+        return None
+    device = rec.get("device") or {}
+    if "nvml" in device:
+        return "live" if device["nvml"] else "off"
+    side = (device.get("paired_describe") or {}).get("telemetry")
+    if side in states:
+        return typing.cast(TelemetryState, side)
+    paired = rec.get("paired") or {}
+    if paired.get("ratio") is not None:
+        return "live" if paired.get("clocks") else "off"
+    return None
+
+
+def telemetry_counts(records: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
+    """How many records' GPU timings NVML watched (``live``) and how many it did not (``off``)."""
+    counts = {"live": 0, "off": 0}
+    for record in records:
+        state = telemetry_of(record)
+        if state is not None:
+            counts[state] += 1
+    return counts
 
 
 # --------------------------------------------------------------------------- validation

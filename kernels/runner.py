@@ -192,6 +192,7 @@ def run_case(
         m = measure(lambda i: spec.invoke(fn, i), inputs, config)
         record.timing = m.timing
         record.device = dict(m.telemetry)
+        record.telemetry = m.telemetry_state
         record.throughput = throughput(spec.flops, spec.bytes, m.timing.median)
         record.status = "pass"
     except Unavailable as exc:  # library or device missing for this case: a skip, with why

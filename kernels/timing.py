@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from kernelwatch.kernels import stats
-from kernelwatch.kernels.record import Timing
+from kernelwatch.kernels.record import TelemetryState, Timing
 from kernelwatch.kernels.spin import iters_for, spin
 from kernelwatch.kernels.telemetry import UNRELIABLE_REASONS, Reading, Telemetry
 
@@ -79,6 +79,13 @@ class Measurement:
     timing: Timing
     telemetry: dict[str, Any] = field(default_factory=dict)
     reliable: bool = True
+
+    @property
+    def telemetry_state(self) -> TelemetryState | None:
+        """The record's ``telemetry``: live or off on a GPU, None for a CPU timing."""
+        if self.timing.timer != "cuda_event":
+            return None
+        return "live" if self.telemetry.get("nvml") else "off"
 
 
 def clone_inputs(inputs: Inputs) -> Inputs:
@@ -226,6 +233,8 @@ class _CudaSampler(Sampler):
     def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
+            # NVML on this side (the paired record's ``telemetry``)
+            "telemetry": "live" if self.telemetry.available else "off",
             "cuda_graph": self.use_graph,
             "copies": self.copies,
             "steady_sm_mhz": self.steady_mhz,

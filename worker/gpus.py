@@ -1,11 +1,12 @@
-"""The GPUs of this host as ``nvidia-smi`` reports them: identity, clocks, memory, throttling.
+"""The GPUs of this host: identity, clocks, memory, throttling (NVML, else ``nvidia-smi``).
 
-One query (:func:`kernelwatch.kernels.devclass.smi_query`, shared with the planner's
+One query (:func:`kernelwatch.kernels.devclass.gpu_rows`, shared with the planner's
 device class) serves three callers: the per-GPU launcher (which GPUs, which class
 each), heartbeats (GPU name, UUID, driver, current SM clock) and the health check
-(memory in use, temperature, throttle reasons). ``nvidia-smi`` is used rather
-than torch or NVML so that no CUDA context is ever created in a worker process:
-measurements happen in the suite subprocess, never here.
+(memory in use, temperature, throttle reasons). It asks NVML where ``pynvml`` is
+importable (the ``gpu`` extra) and parses ``nvidia-smi``'s CSV only where it is not.
+Never torch: no CUDA context is ever created in a worker process, measurements
+happen in the suite subprocess, never here.
 
 ``CUDA_VISIBLE_DEVICES`` is honoured (indices or UUIDs, in its order), so a worker
 pinned to one GPU sees exactly that GPU.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from kernelwatch.kernels.devclass import device_class, smi_query, visible_rows
+from kernelwatch.kernels.devclass import device_class, gpu_rows, visible_rows
 
 FIELDS = (
     "index",
@@ -66,12 +67,16 @@ class Gpu:
 
 def parse(csv_text: str) -> list[Gpu]:
     """Rows of ``nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits``."""
+    return from_rows([[p.strip() for p in line.split(",")] for line in csv_text.splitlines()])
+
+
+def from_rows(rows: list[list[str]]) -> list[Gpu]:
+    """GPUs from rows of :data:`FIELDS` (or a prefix of them), as strings: NVML's or the CSV's."""
     gpus = []
-    for line in csv_text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or not parts[0].isdigit():
+    for row in rows:
+        if len(row) < 3 or not row[0].isdigit():
             continue
-        parts += [""] * (len(FIELDS) - len(parts))
+        parts = [*row, *[""] * (len(FIELDS) - len(row))]
         gpus.append(
             Gpu(
                 index=parts[0],
@@ -90,19 +95,19 @@ def parse(csv_text: str) -> list[Gpu]:
 
 
 def query(visible: str | None = None, timeout_s: float = 20) -> list[Gpu]:
-    """The GPUs this process may use; [] without ``nvidia-smi`` or when it fails.
+    """The GPUs this process may use; [] on a host without NVML and ``nvidia-smi``.
 
     ``visible`` defaults to this process's ``CUDA_VISIBLE_DEVICES``.
     """
-    # A driver that does not know an optional field fails the whole query: fall back
-    # to the identity fields, so a GPU host is never taken for a CPU host.
-    out = smi_query(FIELDS, timeout_s)
-    if out is None:
-        out = smi_query(FIELDS[:4], timeout_s)  # identity and driver
-    if out is None:
+    # A driver that does not know an optional field fails nvidia-smi's whole query: fall
+    # back to the identity fields, so a GPU host is never taken for a CPU host.
+    rows = gpu_rows(FIELDS, timeout_s)
+    if rows is None:
+        rows = gpu_rows(FIELDS[:4], timeout_s)  # identity and driver
+    if rows is None:
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    return select_visible(parse(out), visible)
+    return select_visible(from_rows(rows), visible)
 
 
 def select_visible(found: list[Gpu], visible: str | None) -> list[Gpu]:

@@ -56,6 +56,7 @@ def commands() -> dict[str, ModuleType]:
         prelude,
         prepare,
         prepare_cutlass_dsl,
+        service,
         states,
         suite_aa,
     )
@@ -64,7 +65,7 @@ def commands() -> dict[str, ModuleType]:
         prelude, gputests, measure, paired, states, suite_aa, power, libraries, bisect, fleet,
         cards,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
-        liger, liger_replay,
+        liger, liger_replay, service,
     )  # fmt: skip
     return {m.NAME: m for m in (*mods, prepare.FA2)}  # prepare-fa2: in prepare.py
 

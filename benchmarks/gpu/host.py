@@ -369,3 +369,48 @@ def _append_path(entry: str) -> None:
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if entry not in parts:
         os.environ["PYTHONPATH"] = os.pathsep.join([*parts, entry])
+
+
+SITE_MARK = ".kernelwatch-light"  # in <site-packages>/kernelwatch/: this module made it
+
+
+def site_namespace() -> str:
+    """``kernelwatch.<part>`` importable with a clean environment *and inside the sandbox*.
+
+    ``ensure_kernelwatch``'s namespace lives in ``/tmp/kw``, which the sandbox replaces
+    with an empty scratch ``/tmp``: a sandboxed suite could not import the harness. Here
+    the links go into the interpreter's own site-packages (``<purelib>/kernelwatch/<part>``
+    -> the repository folders): the sandbox binds the interpreter's prefix and the
+    resolved ``kernels/`` folder read-only, so both halves are there. Nothing is done
+    where kernelwatch is installed (the dev machine's editable install, a real host)
+    or where site-packages is read-only (then ``liger.sandbox_python``'s venv is the way,
+    unsandboxed only). Returns what it did, for the JSON.
+    """
+    import sysconfig
+
+    if _clean_import_ok(sys.executable):
+        return "kernelwatch importable with a clean environment already"
+    purelib = Path(sysconfig.get_path("purelib"))
+    pkg = purelib / "kernelwatch"
+    if pkg.exists() and not (pkg / SITE_MARK).exists():
+        return f"{pkg} exists and is not ours: left alone"
+    try:
+        pkg.mkdir(exist_ok=True)
+        (pkg / SITE_MARK).write_text(f"{ROOT}\n")
+        for part in PARTS:
+            link = pkg / part
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(ROOT / part)
+    except OSError as exc:
+        return f"cannot write {pkg}: {exc}"
+    ok = _clean_import_ok(sys.executable)
+    return f"links in {pkg} -> {ROOT}; clean import {'works' if ok else 'FAILS'}"
+
+
+def _clean_import_ok(python: str) -> bool:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}
+    done = subprocess.run(
+        [python, "-c", "import kernelwatch.kernels"], env=env, capture_output=True, timeout=120
+    )
+    return done.returncode == 0

@@ -14,9 +14,11 @@ an offline GPU host, in one call:
    ``kernelwatch worker`` on this machine's queue, with
    ``KW_REPO_CONFIGS`` naming ``docs/liger-kernel.kernelwatch.toml`` for that source
    (Liger carries no ``.kernelwatch.toml``), ``KW_OFFLINE=1`` (pip without an index:
-   the host has no network) and ``KW_SANDBOX=none``: the host has no bubblewrap, so
-   Liger's setup.py and kernels run with the clean environment only — acceptable for a
-   library's own history on a throwaway host, never for untrusted pull requests;
+   the host has no network) and ``KW_SANDBOX=bwrap`` (``--sandbox``): the GPU image has
+   no bubblewrap, so it comes from the carried ``.deb/`` (``debs.py``, unpacked into
+   ``/opt/kwdeb``) and ``kernelwatch`` is linked into site-packages for the box
+   (``host.site_namespace``); ``--sandbox none`` is the old unconfined path (clean
+   environment only: a library's own history on a throwaway host, never pull requests);
 4. ``kernelwatch run REPO --range FIRST..LAST --wait --json --budget B``: the first
    commit measured as the baseline, every later one against the one before, through
    planner, broker, worker, offline pip install, suite subprocess, database, analysis;
@@ -49,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu import host, liger_replay, liger_table
+from benchmarks.gpu import debs, host, liger_replay, liger_table
 
 NAME = "liger"
 HELP = "Liger-Kernel commits through `kernelwatch run`: carried bundle, offline pip, verdicts"
@@ -68,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, default=None, help="sampling s per case (0.5; CPU 0.2)")
     p.add_argument(
         "--reserve-s", type=float, default=45.0, help="seconds kept for stop, dump and table"
+    )
+    p.add_argument(
+        "--sandbox", choices=("bwrap", "none"), default="bwrap", help="KW_SANDBOX of the worker"
     )
 
 
@@ -104,21 +109,13 @@ def unbundle(ctx: host.Context, src: Path, manifest: dict[str, Any], dest: Path)
     return dest
 
 
-def _imports_clean(python: str) -> bool:
-    """Whether ``python`` imports kernelwatch.kernels with the suite's clean environment."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}
-    code = "import kernelwatch.kernels"
-    done = subprocess.run([python, "-c", code], env=env, capture_output=True, timeout=120)
-    return done.returncode == 0
-
-
 def sandbox_python() -> tuple[str, str]:
     """(interpreter, how): one whose clean-environment runs import kernelwatch.kernels.
 
     Where the light install could not write its ``.pth`` (a read-only site-packages),
     a venv over this interpreter's site-packages and the namespace, as fleet_host.sh.
     """
-    if _imports_clean(sys.executable):
+    if host._clean_import_ok(sys.executable):
         return sys.executable, "this interpreter (installed or the light install's .pth)"
     shutil.rmtree(VENV, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(VENV)], check=True)
@@ -133,12 +130,12 @@ def sandbox_python() -> tuple[str, str]:
     Path(purelib, "kernelwatch-liger.pth").write_text(
         f"import site; site.addsitedir({own!r})\n{host.NAMESPACE}\n"
     )
-    if not _imports_clean(python):
+    if not host._clean_import_ok(python):
         raise RuntimeError("no interpreter here imports kernelwatch.kernels without PYTHONPATH")
     return python, f"a venv at {VENV} over {own}"
 
 
-def service_env(repo: Path, data: Path, cpu: bool) -> dict[str, str]:
+def service_env(repo: Path, data: Path, cpu: bool, sandbox: str = "none") -> dict[str, str]:
     """The service's settings for this call (every one a KW_* variable, design.md)."""
     return {
         "KW_DATA_DIR": str(data),
@@ -146,7 +143,7 @@ def service_env(repo: Path, data: Path, cpu: bool) -> dict[str, str]:
         "KW_BROKER_URL": "",
         "KW_REPO_CONFIGS": json.dumps({str(repo): str(CONFIG)}),
         "KW_OFFLINE": "1",
-        "KW_SANDBOX": "none",  # no bubblewrap on the GPU host: trusted code only
+        "KW_SANDBOX": sandbox,
         "KW_CPU_TIMING_GATES": "0",
         "KW_SUITE_TIMEOUT_S": "600" if cpu else "240",
         "KW_CASE_TIMEOUT_S": "180" if cpu else "90",
@@ -237,6 +234,9 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     result: dict[str, Any] = {"upstream": manifest["upstream"], "commits": commits}
     result["device"] = host.machine().get("device")
     result["service_wheels"] = host.service_wheels(ctx)  # pydantic etc., before the reader
+    if args.sandbox == "bwrap":  # bubblewrap from the carried .deb/, kernelwatch for the box
+        result["debs"] = debs.install(ctx)
+        result["namespace"] = host.site_namespace()
     result["config"] = str(CONFIG.relative_to(host.ROOT))
     result["recipe"] = recipe_of(CONFIG)
     python, how = sandbox_python()
@@ -245,7 +245,7 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     repo = unbundle(ctx, args.src, manifest, work / "Liger-Kernel")
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
-    env = service_env(repo, data, ctx.cpu)
+    env = service_env(repo, data, ctx.cpu, args.sandbox)
     result["settings"] = env
     upgrade = ctx.run("db-upgrade", [python, *CLI, "db", "upgrade"], 60, env=env)
     if not upgrade.ok:

@@ -106,7 +106,7 @@ def table(result: dict[str, Any]) -> list[str]:
         f"{result.get('upstream')}; kernelwatch run rc {result.get('run_rc')} in "
         f"{result.get('run_s')} s; worker {result.get('worker_stop', '-')}",
         f"  install: recipe {result.get('recipe', '?')} of {result.get('config', '?')}, "
-        f"KW_OFFLINE=1; KW_SANDBOX=none (no bubblewrap here: trusted code only); "
+        f"KW_OFFLINE=1; KW_SANDBOX={(result.get('settings') or {}).get('KW_SANDBOX', '?')}; "
         f"device {result.get('device')}",
     ]
     if result.get("error"):

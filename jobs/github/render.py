@@ -6,7 +6,7 @@ tests pin them with golden files. Nothing here touches the database or GitHub.
 
 from __future__ import annotations
 
-from kernelwatch.jobs.judging.report import error_lines
+from kernelwatch.jobs.judging.report import error_lines, no_telemetry_text
 from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
 from kernelwatch.kernels.units import interval_text, ratio_text, seconds_text
 from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict, RunVerdict
@@ -58,6 +58,11 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
     ]
     for c in verdict.classes:
         lines.append(f"  {c.device_class:<12} {c.state:<8} {c.run_id:>6}  {c.description}")
+    for c in verdict.classes:
+        if c.telemetry_off:
+            lines.append(
+                f"  {c.device_class}: {no_telemetry_text(c.telemetry_off, c.telemetry_timed)}"
+            )
     for c in verdict.classes:
         if not c.moved:
             continue
@@ -150,6 +155,10 @@ def render_comment(
             f"| `{_md(c.device_class)}` | {_ICON.get(c.state, '')} {c.state} | "
             f"{_md(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
         )
+    for c in verdict.classes:
+        if c.telemetry_off:
+            text = no_telemetry_text(c.telemetry_off, c.telemetry_timed)
+            out += ["", f"⚠️ `{_md(c.device_class)}`: {_md(text)}."]
     for c in verdict.classes:
         if c.moved:
             out += ["", *_moved_table(c)]

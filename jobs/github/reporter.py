@@ -68,9 +68,12 @@ def status_text(cv: ClassVerdict) -> str:
     the run's verdict (``KW_INCONCLUSIVE_POLICY``, applied by analysis); under
     ``pass`` or ``fail`` the open cases are named all the same.
     """
+    description = cv.description
+    if cv.telemetry_off:  # the comment says why; the status that it is so
+        description += f" (GPU telemetry off: {cv.telemetry_off} cases)"
     open_cases = [m for m in cv.moved if m.verdict == CaseVerdict.INCONCLUSIVE]
     if not open_cases:
-        return cv.description
+        return description
     parts = []
     for m in open_cases:
         name = shorten(f"{m.kernel} {m.label}".strip(), 48)
@@ -84,7 +87,7 @@ def status_text(cv: ClassVerdict) -> str:
             if effect is not None
             else f"{name} (no interval)"
         )
-    return f"{cv.description}. Inconclusive: {'; '.join(parts)}"
+    return f"{description}. Inconclusive: {'; '.join(parts)}"
 
 
 def _last_status(session: Session, full_name: str, sha: str, context: str) -> CommitStatus | None:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.jobs.judging.verdicts import plumbing_only
+from kernelwatch.kernels.record import telemetry_counts, telemetry_of
 from kernelwatch.kernels.units import ratio_text
 from kernelwatch.kernels.verdict import MOVED
 
@@ -40,6 +41,15 @@ def error_lines(text: str | None, indent: str = "    ") -> list[str]:
     return out
 
 
+def no_telemetry_text(off: int, timed: int) -> str:
+    """What a GPU run timed without NVML means, for ``show`` and the PR comment alike."""
+    return (
+        f"GPU telemetry off for {off} of {timed} timed case{'s' if timed != 1 else ''}: "
+        "NVML was not available to the suite (install kernelwatch[gpu], i.e. nvidia-ml-py), "
+        "so no clock floor or throttle guard checked these timings"
+    )
+
+
 def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[str, Any]:
     rows = session.execute(
         select(Result, Case)
@@ -48,6 +58,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         .order_by(Case.kernel, Case.label)
     ).all()
     cases = []
+    telemetry = telemetry_counts([result.record for result, _ in rows])
     for result, case in rows:
         if not all_cases and result.verdict not in MOVED:
             continue
@@ -66,6 +77,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
                 else None,
                 "tflops": result.tflops,
                 "gbps": result.gbps,
+                "telemetry": telemetry_of(result.record),
                 "error": result.error,
             }
         )
@@ -87,6 +99,8 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "error": run.error,
         "started": run.started.isoformat() if run.started else None,
         "finished": run.finished.isoformat() if run.finished else None,
+        # GPU timings NVML watched (live) or not (off); both 0 on a CPU run
+        "telemetry": telemetry,
         "cases": cases,
     }
 
@@ -121,6 +135,9 @@ def format_run(summary: dict[str, Any]) -> str:
         )
     if summary["message"]:
         lines.append(f"  {summary['message']}")
+    tele = summary.get("telemetry") or {}
+    if tele.get("off"):
+        lines.append(f"  warning: {no_telemetry_text(tele['off'], tele['off'] + tele['live'])}")
     if summary["error"]:
         lines.append("  error:")
         lines += error_lines(summary["error"], "    ")

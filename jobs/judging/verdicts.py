@@ -18,14 +18,14 @@ be built or measured) is an ``error``, not a pass: nothing was compared. Renderi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.github import RunLink
 from kernelwatch.db.models import FINAL_STATES, Case, Commit, Repository, Result, Run
-from kernelwatch.kernels.record import paired_section
+from kernelwatch.kernels.record import paired_section, telemetry_counts
 from kernelwatch.kernels.verdict import COMPARED, MOVED, ORDER, TIMING, CaseVerdict, RunVerdict
 
 FINAL_STATUS_STATES = ("success", "failure", "neutral", "error")
@@ -61,6 +61,9 @@ class ClassVerdict:
     counts: dict[str, int] = field(default_factory=dict)
     moved: tuple[MovedCase, ...] = ()
     paired: bool = False  # baseline and candidate interleaved in this one run
+    # GPU timings made without NVML telemetry / all GPU timings (report.telemetry_counts)
+    telemetry_off: int = 0
+    telemetry_timed: int = 0
 
     @property
     def final(self) -> bool:
@@ -128,6 +131,7 @@ def class_verdict(session: Session, run: Run) -> ClassVerdict:
         key = result.verdict or ("new" if result.status == "pass" else result.status)
         counts[key] = counts.get(key, 0) + 1
     moved = _moved(session, run, results)
+    telemetry = telemetry_counts(result.record for result, _ in results)
     compared = sum(v for k, v in counts.items() if k in COMPARED)
     # a CPU run's timing words say where they were measured ("1 slower on CPU")
     shown = {_CPU_WORDS.get(k, k) if plumbing_only(run.device_class, k) else k: n
@@ -148,7 +152,9 @@ def class_verdict(session: Session, run: Run) -> ClassVerdict:
         state, description = "success", summarize(shown)
     if shown != counts:
         description += " (CPU timings: plumbing only)"
-    return _make(run, state, description, counts, moved)
+    made = _make(run, state, description, counts, moved)
+    return replace(made, telemetry_off=telemetry["off"],
+                   telemetry_timed=telemetry["off"] + telemetry["live"])  # fmt: skip
 
 
 def _make(

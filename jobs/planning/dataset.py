@@ -60,8 +60,11 @@ class DatasetRun(_Table):
 
     file: relative to the manifest. commit: a sha or a label; parent: the commit the
     run is compared with. card: the GPU's UUID (``GPU-…``) the records were measured
-    on; measured: when (UTC). note: what the file is, stored as the commit message
-    when the manifest does not list the commit itself.
+    on; measured: when (UTC). command: the command line that wrote the file (the
+    driver's sub-command with its arguments, ``python -m benchmarks.gpu …``, or the
+    one-off script of the days before the driver, named as such). note: what the
+    file is, stored as the commit message when the manifest does not list the
+    commit itself.
     """
 
     file: str
@@ -70,6 +73,7 @@ class DatasetRun(_Table):
     device_class: str
     card: str
     measured: date | datetime
+    command: str
     parent: str | None = None
     note: str = ""
 
@@ -78,6 +82,8 @@ class DatasetRun(_Table):
         path = Path(self.file)
         if path.is_absolute() or ".." in path.parts:
             raise ValueError(f"file {self.file!r} must be relative to the manifest, inside it")
+        if not self.command.strip():
+            raise ValueError(f"run {self.file}: command must name what made the file")
         return self
 
 

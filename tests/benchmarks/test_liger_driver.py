@@ -217,7 +217,7 @@ def test_the_device_command_measures_a_bundle_through_the_service_on_the_cpu(
     doc = json.loads((out / "liger.json").read_text())
     assert doc["status"] == "ok", doc.get("error")
     result = doc["result"]
-    assert result["recipe"] == "pythonpath" and result["settings"]["KW_SANDBOX"] == "none"
+    assert result["recipe"] == "pythonpath" and result["settings"]["KW_SANDBOX"] == "bwrap"
     runs = result["runs"]
     assert [r["upstream"] for r in runs] == [c0, c2, c3]
     assert all(r["status"] == "succeeded" for r in runs), [r.get("error") for r in runs]

@@ -857,3 +857,47 @@ def test_installer_offline_from_wheelhouse(host: Host, stub_wheelhouse: Path) ->
     result = host.install("--gpus", "1", "--wheelhouse", str(stub_wheelhouse), check=False)
     assert result.returncode != 0
     assert "does not match its SHA256SUMS" in result.stderr
+
+
+# ----------------------------------------------------------------------------- NVML
+
+
+def _wheelhouse_requirements(tmp_path: Path, requires: list[str]) -> list[str]:
+    """What build-wheelhouse.sh's METADATA reader keeps of ``requires`` (its own code, run)."""
+    script = WHEELHOUSE.read_text()
+    body = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    wheel = tmp_path / "kernelwatch-0.1.0-py3-none-any.whl"
+    meta = "Metadata-Version: 2.1\nName: kernelwatch\nVersion: 0.1.0\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    import zipfile
+
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("kernelwatch-0.1.0.dist-info/METADATA", meta)
+    done = subprocess.run(
+        [sys.executable, "-", str(wheel), "0"], input=body, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_every_gpu_install_path_installs_nvml(tmp_path: Path) -> None:
+    """nvidia-ml-py is the ``gpu`` extra, and the installer, wheelhouse and image take it."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    gpu = project["optional-dependencies"]["gpu"]
+    assert any(r.startswith("nvidia-ml-py") for r in gpu)
+    assert not any(r.startswith("nvidia-ml-py") for r in project["dependencies"])  # CPU hosts
+    installer = INSTALLER.read_text()
+    assert '"kernelwatch[gpu]"' in installer and '"$source_dir[gpu]"' in installer
+    assert 'pip install "/src[gpu]"' in (DEPLOY / "Dockerfile.worker").read_text()
+    kept = _wheelhouse_requirements(
+        tmp_path,
+        [
+            "torch>=2.4",
+            "celery[redis]>=5.4",
+            'nvidia-ml-py>=12.535; extra == "gpu"',
+            'pytest>=8; extra == "dev"',
+        ],
+    )
+    assert kept == ["celery[redis]>=5.4", "nvidia-ml-py>=12.535"]

@@ -59,6 +59,7 @@ def test_local_class_comes_from_nvidia_smi_and_cuda_visible_devices(
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the nvidia-smi path, even on a GPU host
     assert devclass.local_gpu_names() == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert devclass.local_device_class() == "h100"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbb")

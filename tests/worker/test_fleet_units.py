@@ -364,6 +364,7 @@ def test_gpus_are_found_through_nvidia_smi_even_when_it_rejects_a_field(
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the nvidia-smi path, even on a GPU host
     both = gpus.query()
     assert [g.uuid for g in both] == ["GPU-11111111-aaaa", "GPU-22222222-bbbb"]
     assert both[0].temperature_c == 34

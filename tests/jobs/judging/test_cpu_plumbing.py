@@ -47,7 +47,8 @@ def _record(kernel: str, status: str, verdict: str, ratio: float) -> dict[str, A
     }
 
 
-def _cpu_run(session: Session, *records: dict[str, Any]) -> Run:
+def stored_run(session: Session, device_class: str, *records: dict[str, Any]) -> Run:
+    """A finished paired run of c…c (baseline b…b) on ``device_class``, its records stored."""
     repo = get_or_create_repository(session, "lib", "/src/lib")
     commit = upsert_commit(session, repo, "c" * 40, [])
     run = Run(
@@ -56,7 +57,7 @@ def _cpu_run(session: Session, *records: dict[str, Any]) -> Run:
         suites=["basic"],
         status="succeeded",
         baseline_sha="b" * 40,
-        device_class="cpu",
+        device_class=device_class,
         options={"paired": True},
     )
     session.add(run)
@@ -66,6 +67,10 @@ def _cpu_run(session: Session, *records: dict[str, Any]) -> Run:
     session.flush()
     session.expire(run)
     return run
+
+
+def _cpu_run(session: Session, *records: dict[str, Any]) -> Run:
+    return stored_run(session, "cpu", *records)
 
 
 @pytest.fixture

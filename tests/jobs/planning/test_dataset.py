@@ -41,6 +41,40 @@ def test_every_committed_record_file_is_in_the_manifest() -> None:
     assert _record_files() == named
 
 
+def _driver_outputs(folder: Path) -> list[dict[str, object]]:
+    """The driver's ``SUB.json`` files beside a record file (they carry argv and the date)."""
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and "argv" in doc and "machine" in doc:
+            found.append(doc)
+    return found
+
+
+def test_the_index_agrees_with_the_files_it_names() -> None:
+    """Card, date and command of each row are those the files themselves recorded."""
+    manifest = load_manifest(MANIFEST)
+    check_cards(manifest, DATA)  # every record naming its GPU names the row's card
+    made_by_driver = 0
+    for row in manifest.run:
+        assert row.command.strip() and row.card.startswith("GPU-"), row.file
+        for doc in _driver_outputs((DATA / row.file).parent):
+            if doc["command"] == "prelude":
+                continue
+            made_by_driver += 1
+            argv = " ".join(str(a) for a in doc["argv"])
+            assert f"{doc['command']} " in row.command and all(
+                str(a) in row.command for a in doc["argv"]
+            ), f"{row.file}: the index's command does not say {argv}"
+            machine = doc["machine"]
+            assert isinstance(machine, dict)
+            when = str(machine["date_utc"])
+            assert str(row.measured).replace(" ", "T").startswith(when[:16].replace("Z", "")), (
+                f"{row.file}: measured {row.measured}, the driver's JSON says {when}"
+            )
+    assert made_by_driver >= 7  # the bisection steps and the FA2 files of 2026-12-01
+
+
 def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'kw.db'}"
     upgrade(url)

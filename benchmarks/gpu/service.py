@@ -1,0 +1,426 @@
+"""``service``: the libraries of the field through the whole service on a bare GPU host.
+
+Issue 26: on the offline H200 host, in one call, what a GPU host of the fleet runs:
+
+1. the carried ``.deb/`` unpacked into ``/opt/kwdeb`` (``debs.py``: bubblewrap, the
+   Redis server), the service's wheels (``.svc/``, with the ``redis`` client) into
+   ``/tmp/site``, and ``kernelwatch`` linked into the interpreter's site-packages
+   (``host.site_namespace``) so the sandboxed suite imports it;
+2. the sandbox probed (``sandbox_probe.py``): bubblewrap starts, and inside the box
+   kernelwatch and torch import, CUDA sees the GPU through the bound device nodes, NVML
+   reads the clocks; NVML's GPU list beside nvidia-smi's;
+3. ``redis-server`` on 127.0.0.1 (the broker; ``--broker filesystem`` for the embedded
+   one) and a SQLite database, ``kernelwatch db upgrade``, then
+   ``kernelwatch worker --per-gpu`` with ``KW_SANDBOX=bwrap`` (``--sandbox none`` for
+   the old unconfined path), ``KW_OFFLINE=1`` and ``KW_REPO_CONFIGS`` naming the
+   service-side files of repositories that carry none;
+4. runs planned with ``kernelwatch run ... --wait --json``, one command per library,
+   all submitted at once (the worker takes them in order), each bounded by the call's
+   deadline:
+
+   - ``sdpa``: PyTorch SDPA's backends as the reference row: one throwaway repository
+     per backend whose ``.kernelwatch.toml`` names ``kernelwatch.kernels.adapters.sdpa_<b>``
+     (recipe ``pythonpath``: torch is the worker's own), suite ``prefill``;
+   - ``liger``: Liger-Kernel's 8 replayed commits (``.src/liger.bundle``, made by
+     ``prepare-liger``), ``--range`` first..last with ``docs/liger-kernel.kernelwatch.toml``
+     (as ``liger`` does, now sandboxed: RMSNorm, LayerNorm and GeGLU run on the GPU);
+   - ``flashinfer``: ``run flashinfer-python --version ==0.5.3 --version ==0.6.0
+     --find-links .whl`` (the decode suite; 0.6.0 against 0.5.3). The worker installs
+     a version with ``pip --no-deps``: FlashInfer's companions (``apache-tvm-ffi``,
+     ``nvidia-cudnn-frontend``) go into the interpreter's site-packages first;
+
+5. the worker and Redis stopped, the database dumped: ``service.json`` holds every run
+   (status, verdict, per-case median, ratio, interval, error, build log tail, GPU
+   seconds) and ``service-records.jsonl`` every record, which ``dataset-runs.toml``
+   indexes as ``[[run]]`` rows for ``docs/data/h200-dataset.toml`` (card, date, command).
+
+``--cpu`` runs the same path here: the real bubblewrap sandbox, Redis and SQLite, the
+runs on the CPU queue (SDPA's math backend; the other backends and FlashInfer record
+skips or errors that say why).
+
+    python -m benchmarks.gpu --deadline-s 560 service
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.gpu import debs, fleet, host, liger, liger_table
+
+NAME = "service"
+HELP = "sandboxed per-GPU worker + Redis + SQLite: Liger, SDPA, FlashInfer via `kernelwatch run`"
+WORK = Path("/tmp/kwsvc")
+LIBRARIES = ("sdpa", "liger", "flashinfer")
+SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
+REDIS_PORT = 6390
+CLI = liger.CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--library", action="append", choices=LIBRARIES,
+                   help="libraries to run, in this order (default: every one carried)")  # fmt: skip
+    p.add_argument("--sandbox", choices=("bwrap", "none"), default="bwrap")
+    p.add_argument("--broker", choices=("redis", "filesystem"), default="redis")
+    p.add_argument("--src", type=Path, default=host.SOURCES, help="liger bundle folder (.src/)")
+    p.add_argument("--work", type=Path, default=WORK, help=f"scratch folder (default {WORK})")
+    p.add_argument("--sdpa-backend", action="append", choices=SDPA_BACKENDS,
+                   help="SDPA backends (default: flash, cudnn, efficient; CPU: math)")  # fmt: skip
+    p.add_argument("--sdpa-suite", default="prefill", help="the SDPA rows' suite")
+    p.add_argument("--flashinfer", default="0.5.3,0.6.0", help="versions, oldest first")
+    p.add_argument("--flashinfer-suite", default="decode")
+    p.add_argument("--liger-limit", type=int, default=None, help="only the first N commits")
+    p.add_argument("--case", default=None, help="only cases matching (run --case)")
+    p.add_argument("--budget", type=float, default=None, help="sampling s per case (0.5; CPU 0.2)")
+    p.add_argument("--reserve-s", type=float, default=50.0, help="kept for stop, dump, table")
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+def sdpa_repo(work: Path, backend: str, suite: str) -> Path:
+    """A throwaway repository whose only file names SDPA's ``backend`` as the library."""
+    from kernelwatch.jobs.library.mirror import git
+
+    repo = work / f"sdpa-{backend}"
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir(parents=True)
+    (repo / ".kernelwatch.toml").write_text(
+        "# PyTorch SDPA as a reference row (benchmarks/gpu/service.py): torch is the\n"
+        "# worker's own, nothing to build; the adapter pins one backend.\n"
+        f'[library]\nname = "torch-sdpa-{backend}"\n'
+        f'module = "kernelwatch.kernels.adapters.sdpa_{backend}"\n\n'
+        '[install]\nrecipe = "pythonpath"\npythonpath = [""]\n\n'
+        f'[suites]\nnames = ["{suite}"]\n'
+    )
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    ident = ["-c", "user.name=kernelwatch", "-c", "user.email=service@kernelwatch.invalid"]
+    git(*ident, "commit", "-q", "-m", f"torch SDPA, {backend} backend", cwd=repo)
+    return repo
+
+
+def common_args(args: argparse.Namespace, cpu: bool, wait_s: float) -> list[str]:
+    budget = args.budget if args.budget is not None else (0.2 if cpu else 0.5)
+    out = ["--wait", "--json", "--timeout", f"{wait_s:.0f}", "--budget", str(budget)]
+    return out + (["--case", args.case] if args.case else [])
+
+
+def flashinfer_argv(python: str, versions: list[str], suite: str, wheels: Path) -> list[str]:
+    """``kernelwatch run`` of FlashInfer's released versions from the carried wheelhouse."""
+    argv = [python, *CLI, "run", "flashinfer-python"]
+    for v in versions:
+        argv += ["--version", f"flashinfer-python=={v}"]
+    return argv + ["--find-links", str(wheels), "--impl", "flashinfer", "--suite", suite]
+
+
+def companions(ctx: host.Context) -> str:
+    """FlashInfer's companion wheels into this interpreter's site-packages (the worker's
+    version install is ``--no-deps``, and the suite sees only its own site-packages)."""
+    import sysconfig
+
+    wheels = [sorted(glob.glob(str(host.WHEELS / c)))[:1] for c in host.FLASHINFER_COMPANIONS]
+    found = sum(wheels, [])
+    if not found:
+        return "no companion wheels carried"
+    target = Path(sysconfig.get_path("purelib"))
+    step = host.pip_target(ctx, "install-flashinfer-companions", found, target)
+    return f"{len(found)} into {target}" if step.ok else f"failed: {' '.join(step.tail)}"
+
+
+def plans(
+    ctx: host.Context, args: argparse.Namespace, python: str, work: Path, wait_s: float
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """(one ``kernelwatch run`` per library or SDPA backend, KW_REPO_CONFIGS entries)."""
+    wanted = args.library or [lib for lib in LIBRARIES if carried(lib, args.src)]
+    common = common_args(args, ctx.cpu, wait_s)
+    out: list[dict[str, Any]] = []
+    configs: dict[str, str] = {}
+    for lib in wanted:
+        if lib == "sdpa":
+            default = ["math"] if ctx.cpu else ["flash", "cudnn", "efficient"]
+            backends = args.sdpa_backend or default
+            for b in backends:
+                repo = sdpa_repo(work, b, args.sdpa_suite)
+                argv = [python, *CLI, "run", str(repo), "--commit", "HEAD", *common]
+                out.append({"library": f"sdpa-{b}", "argv": argv, "repo": str(repo)})
+        elif lib == "liger":
+            manifest = liger.load_manifest(args.src)
+            commits = manifest["commits"][: args.liger_limit or None]
+            repo = liger.unbundle(ctx, args.src, manifest, work / "Liger-Kernel")
+            configs[str(repo)] = str(liger.CONFIG)
+            shas = [c["replayed"] for c in commits]
+            how = argparse.Namespace(budget=args.budget, kernel=None, case=args.case)
+            argv = liger.run_argv(python, repo, shas, how, wait_s, ctx.cpu)
+            out.append({"library": "liger", "argv": argv, "repo": str(repo), "commits": commits})
+        elif lib == "flashinfer":
+            versions = [v.strip() for v in args.flashinfer.split(",") if v.strip()]
+            note = "CPU: no companions (FlashInfer needs a GPU)" if ctx.cpu else companions(ctx)
+            argv = flashinfer_argv(python, versions, args.flashinfer_suite, host.WHEELS)
+            out.append({"library": "flashinfer", "argv": argv + common, "companions": note})
+    return out, configs
+
+
+def carried(lib: str, src: Path) -> bool:
+    if lib == "liger":
+        return (src / "liger-commits.json").is_file()
+    if lib == "flashinfer":
+        return bool(glob.glob(str(host.WHEELS / "flashinfer_python-*.whl")))
+    return True  # SDPA is torch's
+
+
+# ----------------------------------------------------------------------------- services
+
+
+def start_redis(ctx: host.Context, work: Path) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """A Redis server on 127.0.0.1:REDIS_PORT (no persistence), or None and why not."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        return None, "no redis-server (carry .deb/ or use --broker filesystem)"
+    folder = work / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    log = open(ctx.logs / "redis.log", "w", encoding="utf-8")  # noqa: SIM115
+    argv = [exe, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(folder), "--protected-mode", "yes"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return None, f"redis-server exited (rc {proc.returncode}): see logs/redis.log"
+        if _redis_ping():
+            return proc, f"{exe} on 127.0.0.1:{REDIS_PORT}"
+        time.sleep(0.2)
+    proc.kill()
+    return None, "redis-server did not answer PING in 20 s"
+
+
+def _redis_ping() -> bool:
+    import socket
+
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", REDIS_PORT), 1) as s:
+        s.sendall(b"PING\r\n")
+        return s.recv(16).startswith(b"+PONG")
+    return False
+
+
+def service_env(
+    work: Path, args: argparse.Namespace, broker: str, configs: dict[str, str], cpu: bool
+) -> dict[str, str]:
+    """The service's settings for this call: ``liger``'s, with Redis, SQLite, more configs."""
+    env = liger.service_env(Path(), work / "data", cpu, args.sandbox)
+    env |= {
+        "KW_DATABASE_URL": f"sqlite:///{work / 'kernelwatch.db'}",
+        "KW_BROKER_URL": broker,  # "": the embedded filesystem transport
+        "KW_REPO_CONFIGS": json.dumps(configs),
+        "KW_SUITE_TIMEOUT_S": "600" if cpu else "300",
+        "KW_CASE_TIMEOUT_S": "180" if cpu else "120",
+    }
+    # the worker, its suites and what they start keep NVLink multicast off
+    return env | fleet.NVLS_OFF
+
+
+def probe(ctx: host.Context, python: str, env: dict[str, str], work: Path) -> dict[str, Any]:
+    argv = [python, "-m", "benchmarks.gpu.sandbox_probe", "--scratch", str(work / "probe")]
+    step = ctx.run("sandbox-probe", argv, 200, reserve=60, env=env)
+    text = Path(step.log).read_text(errors="replace")
+    lines = [x for x in text.splitlines() if x.startswith("{")]
+    if not lines:
+        return {"error": f"rc {step.rc}: {' '.join(step.tail)}"}
+    doc: dict[str, Any] = json.loads(lines[-1])
+    return doc
+
+
+def submit(ctx: host.Context, planned: list[dict[str, Any]], env: dict[str, str]) -> None:
+    """Every plan's ``kernelwatch run`` at once, waited for until the deadline."""
+    procs = []
+    for i, plan in enumerate(planned):
+        log = ctx.logs / f"run-{i}-{plan['library']}.log"
+        plan["log"] = str(log)
+        fh = open(log, "w", encoding="utf-8")  # noqa: SIM115
+        proc = subprocess.Popen(plan["argv"], stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env}, cwd=host.ROOT)  # fmt: skip
+        procs.append((plan, proc, fh, time.monotonic()))
+        time.sleep(1.0)  # planned (and queued) in this order
+    for plan, proc, fh, t0 in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(1.0, ctx.left() - 30))
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            plan["timed_out"] = True
+        fh.close()
+        plan["rc"], plan["seconds"] = proc.returncode, round(time.monotonic() - t0, 1)
+        plan["runs"] = liger.runs_json(Path(plan["log"]))
+        if not plan["runs"]:
+            plan["tail"] = host.tail(Path(plan["log"]), 5)
+
+
+def dataset_rows(records: list[dict[str, Any]], planned: list[dict[str, Any]],
+                 command: str) -> str:  # fmt: skip
+    """``[[run]]`` rows for ``docs/data/h200-dataset.toml``, one per run with records."""
+    by_run: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_run.setdefault(int(r["run"]), []).append(r)
+    lines = []
+    for plan in planned:
+        for run in plan.get("dumped", []):
+            recs = by_run.get(int(run["id"]), [])
+            cards = sorted({str((r.get("device") or {}).get("uuid")) for r in recs} - {"None"})
+            lines += [
+                "[[run]]",
+                f'file = "service-h200-<date>/{plan["library"]}-run{run["id"]}.jsonl"',
+                f'repo = "{run["repository"]}"',
+                f'commit = "{run["commit"]}"',
+            ]
+            if run.get("baseline"):
+                lines.append(f'parent = "{run["baseline"]}"')
+            lines += [
+                f'device_class = "{run["device_class"]}"',
+                f'card = "{cards[0] if cards else "unknown"}"',
+                f"measured = {str(run.get('started') or '')[:19]}Z",
+                f'command = "{command}"',
+                f'note = "{plan["library"]} through a sandboxed worker: {run["status"]}, '
+                f'verdict {run["verdict"]}"',
+                "",
+            ]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the call
+
+
+def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    result: dict[str, Any] = {"device": host.machine().get("device"), "sandbox": args.sandbox}
+    result["debs"] = debs.install(ctx)
+    result["service_wheels"] = host.service_wheels(ctx)
+    result["namespace"] = host.site_namespace()
+    python, how = liger.sandbox_python()
+    result["python"] = {"path": python, "how": how}
+    work = args.work.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    redis_proc, broker = None, ""
+    if args.broker == "redis":
+        redis_proc, why = start_redis(ctx, work)
+        result["redis"] = why
+        if redis_proc is not None:
+            broker = f"redis://127.0.0.1:{REDIS_PORT}/0"
+    worker = None
+    try:
+        wait_s = max(30.0, ctx.left() - args.reserve_s - 40)
+        planned, configs = plans(ctx, args, python, work, wait_s)
+        env = service_env(work, args, broker, configs, ctx.cpu)
+        result["settings"] = env
+        result["probe"] = probe(ctx, python, env, work)
+        upgrade = ctx.run("db-upgrade", [python, *CLI, "db", "upgrade"], 60, env=env)
+        if not upgrade.ok:
+            result["error"] = f"db upgrade failed: {' '.join(upgrade.tail)}"
+            return result, table(result)
+        log = open(ctx.logs / "worker.log", "w", encoding="utf-8")  # noqa: SIM115
+        worker = subprocess.Popen([python, *CLI, "worker", "--per-gpu", "--loglevel", "INFO"],
+                                  stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **env}, cwd=host.ROOT)  # fmt: skip
+        submit(ctx, planned, env)
+        result["worker_stop"] = liger.stop(worker)
+        log.close()
+        ids = [str(r["id"]) for p in planned for r in p.get("runs", [])]
+        out, records = ctx.logs / "service-db.json", ctx.out / "service-records.jsonl"
+        dump = [python, "-m", "benchmarks.gpu.liger_dump", "--out", str(out)]
+        ctx.run("dump", [*dump, "--records", str(records), *ids], 60, reserve=3, env=env)
+        with contextlib.suppress(OSError, ValueError):
+            dumped = {r["id"]: r for r in json.loads(out.read_text())["runs"]}
+            for p in planned:
+                p["dumped"] = [dumped[r["id"]] for r in p.get("runs", []) if r["id"] in dumped]
+        recs = host.read_jsonl(records)
+        command = "python -m benchmarks.gpu " + " ".join(sys.argv[1:])
+        (ctx.logs / "dataset-runs.toml").write_text(dataset_rows(recs, planned, command))
+        for p in planned:
+            if p["library"] == "liger" and p.get("dumped"):
+                merged = liger.merged(p["commits"], p["dumped"])
+                head = {"run_rc": p.get("rc"), "run_s": p.get("seconds"),
+                        "recipe": liger.recipe_of(liger.CONFIG),
+                        "config": str(liger.CONFIG.relative_to(host.ROOT))}  # fmt: skip
+                head |= {"commits": p["commits"], "runs": merged}
+                whole = liger_table.table({**result, **head})
+                p["table"] = whole[1:]  # its first line repeats what the run line says
+        result["plans"] = planned
+    finally:
+        if worker is not None and worker.poll() is None:
+            result["worker_stop"] = liger.stop(worker)
+        if redis_proc is not None:
+            redis_proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                redis_proc.wait(timeout=10)
+    return result, table(result)
+
+
+# ----------------------------------------------------------------------------- table
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    """The short table: the host's pieces, the sandbox probe, then each run."""
+    d = result.get("debs") or {}
+    lines = [f"debs: {len(d.get('debs') or [])} unpacked into {d.get('prefix')}; "
+             + ", ".join(f"{k} {v}" for k, v in (d.get("versions") or {}).items())]  # fmt: skip
+    lines.append(f"redis: {result.get('redis', 'not used')}; sandbox {result.get('sandbox')}")
+    probe_doc = result.get("probe") or {}
+    box = probe_doc.get("sandbox") or {}
+    inside = box.get("inside") or {}
+    lines.append(
+        f"sandbox probe: {box.get('check', probe_doc.get('error'))}; inside: uid "
+        f"{inside.get('uid')} cuda {inside.get('cuda')} device {inside.get('device')} "
+        f"nvml {inside.get('nvml')} ({inside.get('nvml_sm_mhz')} MHz)"
+        + (f" error {inside['error']}" if inside.get("error") else "")
+    )
+    g = probe_doc.get("gpus") or {}
+    lines.append(f"GPU list: NVML {g.get('nvml')} agrees with nvidia-smi: {g.get('agree')}")
+    if result.get("error"):
+        lines.append(f"ERROR: {result['error']}")
+    for p in result.get("plans") or []:
+        head = f"{p['library']}: rc {p.get('rc')} in {p.get('seconds')} s"
+        lines.append(head + (" (timed out)" if p.get("timed_out") else ""))
+        for r in p.get("dumped") or []:
+            cases = r.get("cases") or []
+            counts: dict[str, int] = {}
+            for c in cases:
+                counts[c["status"]] = counts.get(c["status"], 0) + 1
+            gpu_s = _gpu_seconds(r)
+            built = liger_table.build_seconds(r.get("build_log_tail", ""))
+            tele = r.get("telemetry") or {}
+            what = str(r["commit"])
+            what = what.removeprefix("version:") if what.startswith("version:") else what[:10]
+            lines.append(
+                f"  #{r['id']} {what:<28} {r['status']:<9} "
+                f"{str(r['verdict']):<8} env {built:<6} GPU {gpu_s} "
+                + " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                + (f"  telemetry off {tele['off']}" if tele.get("off") else "")
+            )
+            if r.get("error"):
+                lines.append(f"     error: {str(r['error']).splitlines()[-1][:150]}")
+        if not p.get("dumped"):
+            lines.append(f"  no runs: {' | '.join(p.get('tail') or [])[:300]}")
+        lines += [f"  {x}" for x in (p.get("table") or [])[:40]]
+    return lines
+
+
+def _gpu_seconds(run: dict[str, Any]) -> str:
+    from datetime import datetime
+
+    try:
+        s = datetime.fromisoformat(str(run["started"]))
+        f = datetime.fromisoformat(str(run["finished"]))
+    except (KeyError, TypeError, ValueError):
+        return "-"
+    return f"{(f - s).total_seconds():.0f} s"
+
+
+__all__ = ["dataset_rows", "flashinfer_argv", "plans", "sdpa_repo", "service_env", "table"]

@@ -1,0 +1,145 @@
+"""``python -m benchmarks.gpu service``: carried .deb files, Redis, SQLite and a sandboxed
+per-GPU worker running `kernelwatch run` plans, checked on the CPU (issue 26).
+
+The end-to-end test runs the sub-command as the device call does, here: the real
+bubblewrap sandbox, a Redis server of its own (port 6390) and SQLite, the SDPA reference
+row through the worker's queue. The GPU call itself is the lead's (docs/gpu-next-session.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu import debs, host, service
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_wrapper_runs_the_carried_program_with_the_systems_libraries_first(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "usr" / "bin" / "prog"
+    real.parent.mkdir(parents=True)
+    real.write_text('#!/bin/sh\necho "$LD_LIBRARY_PATH|$*"\n')
+    real.chmod(0o755)
+    script = tmp_path / "prog"
+    script.write_text(debs.wrapper(real, [tmp_path / "lib"]))
+    script.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/sys/libs"}
+    out = subprocess.run([str(script), "a b", "c"], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == f"/sys/libs:{tmp_path / 'lib'}|a b c"
+    env.pop("LD_LIBRARY_PATH")
+    out = subprocess.run([str(script)], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == f"{tmp_path / 'lib'}|"
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="no dpkg-deb to build a .deb")
+def test_carried_debs_unpack_into_the_prefix_and_go_first_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "DEBIAN" / "control").write_text(
+        "Package: fakewrap\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@t.invalid>\n"
+        "Description: a stand-in bwrap\n"
+    )
+    (pkg / "usr" / "bin").mkdir(parents=True)
+    (pkg / "usr" / "bin" / "bwrap").write_text("#!/bin/sh\necho 'bubblewrap 9.9'\n")
+    (pkg / "usr" / "bin" / "bwrap").chmod(0o755)
+    carried = tmp_path / "deb"
+    carried.mkdir()
+    subprocess.run(["dpkg-deb", "-b", str(pkg), str(carried / "fakewrap_1.0_all.deb")],
+                   check=True, capture_output=True)  # fmt: skip
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    ctx = host.Context(out=tmp_path, logs=tmp_path, deadline=1e12, cpu=True)
+    prefix = tmp_path / "prefix"
+    got = debs.install(ctx, carried, prefix)
+    assert got["debs"] == ["fakewrap_1.0_all.deb"] and "failed" not in got
+    assert got["programs"]["bwrap"] == str(prefix / "bin" / "bwrap")
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(prefix / "bin")
+    assert got["versions"]["bwrap"] == "bubblewrap 9.9"
+    assert not (Path("/usr/bin/fakewrap").exists())  # never unpacked into /
+
+
+def test_the_flashinfer_plan_is_a_version_run_from_the_carried_wheelhouse() -> None:
+    argv = service.flashinfer_argv("py", ["0.5.3", "0.6.0"], "decode", Path("/w/.whl"))
+    assert argv[:5] == ["py", "-m", "kernelwatch.jobs.cli.main", "run", "flashinfer-python"]
+    assert argv[5:9] == ["--version", "flashinfer-python==0.5.3",
+                         "--version", "flashinfer-python==0.6.0"]  # fmt: skip
+    assert argv[-6:] == ["--find-links", "/w/.whl", "--impl", "flashinfer", "--suite", "decode"]
+
+
+def test_an_sdpa_row_is_a_repository_whose_config_names_the_backend(tmp_path: Path) -> None:
+    from kernelwatch.jobs.library import repoconfig
+
+    repo = service.sdpa_repo(tmp_path, "cudnn", "prefill")
+    config = repoconfig.parse((repo / ".kernelwatch.toml").read_text())
+    assert config.library.module == "kernelwatch.kernels.adapters.sdpa_cudnn"
+    assert config.install.recipe == "pythonpath" and tuple(config.suites.names) == ("prefill",)
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert log.stdout.strip() == "torch SDPA, cudnn backend"
+
+
+def test_the_dataset_rows_index_each_run_with_its_card_date_and_command() -> None:
+    planned = [{"library": "liger", "dumped": [
+        {"id": 7, "repository": "Liger-Kernel", "commit": "b" * 40, "baseline": "a" * 40,
+         "device_class": "h200", "started": "2026-12-03T10:11:12.5", "status": "succeeded",
+         "verdict": "pass"}]}]  # fmt: skip
+    records = [{"run": 7, "device": {"uuid": "GPU-1234"}}, {"run": 8, "device": {}}]
+    text = service.dataset_rows(records, planned, "python -m benchmarks.gpu service")
+    (row,) = tomllib.loads(text.replace("<date>", "2026-12-03"))["run"]
+    assert row["card"] == "GPU-1234" and row["parent"] == "a" * 40
+    assert row["command"] == "python -m benchmarks.gpu service"
+    assert str(row["measured"]).startswith("2026-12-03 10:11:12")
+    assert row["file"] == "service-h200-2026-12-03/liger-run7.jsonl"
+
+
+@pytest.mark.slow
+@pytest.mark.crowd
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None or shutil.which("redis-server") is None,
+    reason="needs bubblewrap and a Redis server here",
+)
+def test_the_device_command_runs_sdpa_through_a_sandboxed_worker_on_the_cpu(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "benchmarks.gpu", "--cpu", "--out", str(out), "--deadline-s",
+            "300", "service", "--library", "sdpa", "--work", str(tmp_path / "w")]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KW_")}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((out / "service.json").read_text())
+    assert doc["status"] == "ok", doc.get("error")
+    result = doc["result"]
+    assert result["settings"]["KW_SANDBOX"] == "bwrap"
+    assert result["settings"]["KW_BROKER_URL"].startswith("redis://127.0.0.1:")
+    inside = result["probe"]["sandbox"]["inside"]
+    assert result["probe"]["sandbox"]["check"] == "ok" and inside["uid"] != 0
+    assert inside["kernelwatch"].endswith("kernels/__init__.py") and inside["cuda"] is False
+    (plan,) = result["plans"]
+    (run,) = plan["dumped"]
+    assert plan["library"] == "sdpa-math" and run["status"] == "succeeded"
+    assert {c["status"] for c in run["cases"]} <= {"pass", "skip"}
+    assert any(c["status"] == "pass" for c in run["cases"])
+    records = [json.loads(x) for x in (out / "service-records.jsonl").read_text().splitlines()]
+    assert records and all(r["run"] == run["id"] for r in records)
+    assert all(r["telemetry"] is None for r in records)  # CPU timings: no GPU telemetry
+    assert "sandbox probe: ok" in done.stdout and "sdpa-math: rc 0" in done.stdout
+
+
+def test_run_arguments_parse() -> None:
+    p = argparse.ArgumentParser()
+    service.add_arguments(p)
+    args = p.parse_args(["--library", "liger", "--library", "sdpa", "--sandbox", "none"])
+    assert args.library == ["liger", "sdpa"] and args.sandbox == "none"
