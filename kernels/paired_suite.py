@@ -591,7 +591,6 @@ def measure_case(
     stage = functools.partial(measure_stage, sides, FACTORY, params, cfg, retries, fresh_processes)
     try:
         first, pairs = _first_stage(sides, stage, seed, deadline, paired)
-        stage = functools.partial(stage, max_pairs=pairs)
         paired.attempts = first.attempts
         second: Outcome | None = None
         final = first.verdict
