@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +35,13 @@ class Settings(BaseSettings):
     # Report check runs (a GitHub App installation token) instead of commit statuses.
     github_checks: bool = False
     dashboard_url: str = "http://127.0.0.1:8501"
+    # Reads of the REST API (/api/v1/*): a bearer token (jobs/api/auth.py). With
+    # api_auth "auto" a token is required when one is set or when the API binds beyond
+    # loopback (then without KW_API_TOKEN every read is refused); "on" always, "off" never.
+    api_token: str | None = None
+    api_auth: Literal["auto", "on", "off"] = "auto"
+    # /metrics behind the same token (Prometheus: bearer_token); open by default.
+    metrics_auth: bool = False
     # Per-run limits for the suite subprocess (seconds).
     suite_timeout_s: float = 1800.0
     case_timeout_s: float = 600.0
@@ -66,6 +74,8 @@ class Settings(BaseSettings):
     # CPU timings prove the plumbing only (design.md): a CPU run's timing verdicts are shown
     # ("slower on CPU (plumbing only)") but do not make its run fail or neutral unless this
     # is set; correctness (broken, less_accurate) and errors gate on the CPU as anywhere.
+    # It acts where a run is judged (the worker's analysis); `kernelwatch gate` only reads
+    # those verdicts and says so when it finds this set in its own environment.
     cpu_timing_gates: bool = False
     # Bisection steps ahead whose builds go to the ``build`` queue while a step measures
     # (jobs/planning/build_ahead.py): 2 sends the builds of both outcomes of the next two
