@@ -177,27 +177,52 @@ def _device() -> torch.device:
 # --------------------------------------------------------------------------- coordinator
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``kernelwatch bench-paired`` (and of the worker's ``python -m`` entry)."""
     p = argparse.ArgumentParser(
-        prog="kernelwatch bench-paired", description=__doc__.splitlines()[0]
+        prog="kernelwatch bench-paired",
+        description="A suite in paired mode, no database: baseline and candidate library "
+        "checked on identical inputs, then timed interleaved on one GPU until each case's "
+        "ratio is decided. Exit 0 pass, 1 fail (regression, less_accurate, broken), 2 error, "
+        "3 neutral (inconclusive).",
     )
     p.add_argument("--baseline-path", required=True, help="PYTHONPATH of the baseline library")
     p.add_argument("--candidate-path", required=True, help="PYTHONPATH of the candidate")
-    p.add_argument("--baseline-python", default=sys.executable)
-    p.add_argument("--candidate-python", default=sys.executable)
-    p.add_argument("--suite", action="append", required=True)
+    p.add_argument(
+        "--baseline-python", default=sys.executable, help="interpreter of the baseline side"
+    )
+    p.add_argument(
+        "--candidate-python", default=sys.executable, help="interpreter of the candidate side"
+    )
+    p.add_argument("--suite", action="append", required=True, help="suite name (repeatable)")
     p.add_argument("--impl", required=True, help="module providing the kernels (both sides)")
-    p.add_argument("--backend", default=None)
+    p.add_argument("--backend", default=None, help="backend label (default: the impl module)")
     p.add_argument("--size", default=None, help="default smoke on CPU, quick on GPU")
     p.add_argument("--out", required=True, help="JSON-lines file ('-' for stdout)")
-    p.add_argument("--kernel", action="append", default=None)
-    p.add_argument("--skip-case", action="append", default=[])
+    p.add_argument("--kernel", action="append", default=None, help="only these kernels")
+    p.add_argument("--skip-case", action="append", default=[], help="case ids to skip")
     p.add_argument("--case", default="", help=CASE_HELP)
-    p.add_argument("--min-effect", type=float, default=PairedConfig.min_effect)
-    p.add_argument("--confidence", type=float, default=PairedConfig.confidence)
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=PairedConfig.min_effect,
+        help="smallest relative slowdown that counts (default 0.01: 1 %%)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=PairedConfig.confidence,
+        help="confidence of each ratio's interval (default 0.99)",
+    )
     p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
     p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
-    p.add_argument("--placements", type=int, default=None)
+    p.add_argument(
+        "--placements",
+        type=int,
+        default=None,
+        help="copies of each case a side builds behind random padding (memory placement "
+        "becomes noise in the interval; default from --pairs)",
+    )
     p.add_argument(
         "--pairs",
         type=int,
@@ -229,6 +254,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--case-timeout", type=float, default=300.0, help="per set-up or block")
     p.add_argument("--library", default="{}", help="JSON of the candidate library")
     p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.min_effect > 0:
         p.error(f"--min-effect must be above 0 (a relative change), got {args.min_effect}")

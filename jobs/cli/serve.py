@@ -21,7 +21,12 @@ NAME = "serve"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    sv = sub.add_parser(NAME, help="api + worker + dashboard on one machine")
+    sv = sub.add_parser(
+        NAME,
+        help="api + worker + dashboard on one machine",
+        description="Run the API, a worker and the dashboard on this machine as one "
+        "command (database migrated first); stopping it, or any part exiting, stops all.",
+    )
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="API port (default 8000)")
     sv.add_argument(
