@@ -17,6 +17,7 @@ from importlib import metadata
 
 from kernelwatch.jobs.cli import (
     api,
+    beat,
     bench,
     bisect,
     dashboard,
@@ -49,6 +50,7 @@ COMMANDS: tuple[AddParser, ...] = (
     doctor.add_parser,
     api.add_parser,
     serve.add_parser,
+    beat.add_parser,
     gate.add_parser,
     bisect.add_parser,
     detect.add_parser,
