@@ -26,7 +26,7 @@ from kernelwatch.jobs.cli.processes import start_worker, stop
 from tests.actions_runner import finish, run_step, uses_step
 from tests.conftest import _truncate
 from tests.fake_github import delivery_headers, load_payload
-from tests.helpers import git, library_files, make_repo
+from tests.helpers import BROKEN_SOFTMAX, git, library_files, make_repo
 from tests.jobs.api.test_api import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
@@ -37,12 +37,6 @@ SECRET = "action-webhook-secret"
 TOKEN = "action-read-token-7f3a"
 FULL = "acme/kernels"
 GOOD = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
-BROKEN = (
-    "import torch\n"
-    "from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention\n\n\n"
-    "def softmax(x, out):\n"
-    "    out.copy_((torch.softmax(x.float(), dim=-1) * 1.5).to(out.dtype))\n"
-)
 
 
 @pytest.fixture
@@ -52,7 +46,7 @@ def live_api(tmp_path: Path, pg_url: str, redis_db_url: str) -> Iterator[tuple[s
     src = tmp_path / "src"
     base = make_repo(src, library_files("kern", GOOD, recipe="pythonpath"), "A: kernels")
     git(src, "checkout", "-q", "-b", "feature")
-    head = make_repo(src, {"kern/__init__.py": BROKEN}, "B: a faster softmax (wrong)")
+    head = make_repo(src, {"kern/__init__.py": BROKEN_SOFTMAX}, "B: a faster softmax (wrong)")
     git(src, "checkout", "-q", "main")
     git(src, "update-ref", "refs/pull/7/head", head)
     repos = tmp_path / "repos.toml"

@@ -29,17 +29,11 @@ from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.session import engine_for
 from kernelwatch.jobs.cli.processes import start_worker, stop
 from tests.conftest import _truncate
-from tests.helpers import library_files, make_repo, make_wheel
+from tests.helpers import BROKEN_SOFTMAX, library_files, make_repo, make_wheel
 
 pytestmark = [pytest.mark.slow, pytest.mark.crowd, pytest.mark.postgres, pytest.mark.redis]
 
 GOOD = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
-BROKEN = (
-    "import torch\n"
-    "from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention\n\n\n"
-    "def softmax(x, out):\n"
-    "    out.copy_((torch.softmax(x.float(), dim=-1) * 1.5).to(out.dtype))\n"
-)
 T = TypeVar("T")
 
 
@@ -124,7 +118,7 @@ def test_beat_measures_main_new_releases_and_every_cards_noise(
     assert first.trigger == "release" and first.status == "succeeded" and first.verdict == "pass"
     assert first.baseline_sha is None  # the first point of the series
 
-    make_wheel(files, "kwlib", "0.2", init=BROKEN)  # 0.2 appears on the index
+    make_wheel(files, "kwlib", "0.2", init=BROKEN_SOFTMAX)  # 0.2 appears on the index
     publish(index, files)
     second = wait_for("the new release measured", lambda: finished("kwlib==0.2"), 300, log)
     assert second.trigger == "release" and second.status == "succeeded"
