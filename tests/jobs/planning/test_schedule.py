@@ -6,6 +6,7 @@ Unit tests of the functions that decide; ``test_beat_e2e.py`` runs the whole thi
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -291,3 +292,47 @@ def test_beat_is_part_of_serve_and_of_every_deploy_file() -> None:
     assert "beat.yaml" in (root / "deploy" / "k8s" / "kustomization.yaml").read_text()
     unit = (root / "deploy" / "systemd" / "kernelwatch-beat.service").read_text()
     assert "ExecStart=/opt/kernelwatch/venv/bin/kernelwatch beat $BEAT_ARGS" in unit
+
+
+@pytest.mark.slow
+def test_beat_on_the_embedded_broker_plans_a_release_run(tmp_path: Path) -> None:
+    """``kernelwatch serve`` on one machine: beat on the filesystem broker and SQLite."""
+    import subprocess
+    import sys
+    import time
+
+    from sqlalchemy import select
+
+    from kernelwatch.db.models import Run
+
+    house = tmp_path / "wheels"
+    make_wheel(house, "kwlib", "0.3")
+    repos = tmp_path / "repos.toml"
+    repos.write_text(
+        '[watch]\nreleases_every_s = 10\nselftest = ""\n\n[[watch.releases]]\n'
+        f'package = "kwlib"\nwheelhouse = "{house}"\nsuite = "basic"\nadapter = "kwlib"\n'
+    )
+    data = tmp_path / "kw"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KW_")}
+    env.update(KW_DATA_DIR=str(data), KW_REPOS_FILE=str(repos))
+    log = tmp_path / "beat.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelwatch.jobs.cli.main", "beat"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        factory = sessionmaker(bind=engine_for(f"sqlite:///{data / 'kernelwatch.db'}"))
+        deadline = time.monotonic() + 120
+        planned: list[Run] = []
+        while not planned and time.monotonic() < deadline:
+            time.sleep(1)
+            if (data / "kernelwatch.db").exists():
+                with factory() as s:
+                    planned = list(s.scalars(select(Run).where(Run.trigger == "release")))
+        assert planned, log.read_text()[-3000:]
+        [run] = planned
+        assert run.version_spec == "kwlib==0.3" and run.status == "queued"  # no worker here
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
