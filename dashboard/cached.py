@@ -62,8 +62,21 @@ def runs(
     statuses: Sequence[str] = (),
     device_class: str | None = None,
     limit: int = queries.RUN_LIMIT,
+    triggers: Sequence[str] = (),
 ) -> pd.DataFrame:
-    return queries.runs(engine(url), repository_id, tuple(statuses), device_class, limit)
+    return queries.runs(
+        engine(url), repository_id, tuple(statuses), device_class, limit, tuple(triggers)
+    )
+
+
+@st.cache_data(ttl=HISTORY_TTL, show_spinner=False)
+def triggers(url: str) -> list[str]:
+    return queries.triggers(engine(url))
+
+
+@st.cache_data(ttl=HISTORY_TTL, show_spinner=False)
+def selftests(url: str) -> pd.DataFrame | None:
+    return queries.selftests(engine(url))
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)

@@ -130,6 +130,10 @@ def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
         f"{fmt.short_sha(s, 8)} {fmt.first_line(m, 28)}".strip()
         for s, m in zip(out["sha"], out["message"], strict=True)
     ]
+    # who measured the point: a push, a scheduled run (nightly, release), a manual run
+    out["started by"] = (
+        out["trigger"] if "trigger" in out else pd.Series("", index=out.index)
+    ).map(fmt.trigger)
     out["when"] = out["committed_at"].map(
         lambda t: t.strftime("%Y-%m-%d %H:%M") if pd.notna(t) else ""
     )
@@ -172,6 +176,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
             "status",
             "verdict",
             "run_id",
+            "started by",
             "error",
             "version",
         ]
@@ -211,6 +216,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
         alt.Tooltip("marker:N", title="point"),
         alt.Tooltip("verdict:N"),
         alt.Tooltip("run_id:Q", title="run"),
+        alt.Tooltip("started by:N", title="trigger"),
     ]
     base = alt.Chart(data).encode(x=x)
     band = base.mark_area(opacity=0.18).encode(
@@ -276,22 +282,39 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
 CHANGE_COLOR = "#9467bd"
 
 
-def bisection_range_chart(points: pd.DataFrame, commits: int, culprit: int | None) -> ChartSpec:
+def bisection_range_chart(
+    points: pd.DataFrame,
+    commits: int,
+    culprit: int | None,
+    unmeasured: pd.DataFrame | None = None,
+    labels: dict[int, str] | None = None,
+) -> ChartSpec:
     """The range's trend as the bisection measured it: each step's paired ratio against
     its reference build, with its interval, at the step commit's place in the range.
 
     ``points``: rows of (index, short_sha, case, purpose, ratio, low, high, verdict);
-    ``commits``: how many commits the range holds (good is 0); ``culprit``: its index.
+    ``commits``: how many commits the range holds (good is 0); ``culprit``: its index;
+    ``unmeasured``: steps with no ratio (a broken build, a skipped commit: index,
+    short_sha, purpose, verdict), drawn as crosses on the 1.0 line; ``labels``: the short
+    sha of each index to name on the axis (ticks only there: never a fractional commit).
     """
     data = points.copy()
     data["interval"] = [
         fmt.ratio(r, lo, hi)
         for r, lo, hi in zip(data["ratio"], data["low"], data["high"], strict=True)
     ]
+    names = dict(labels or {})
+    for frame in (points, unmeasured):
+        if frame is not None and len(frame):
+            names.update({int(i): str(s) for i, s in zip(frame["index"], frame["short_sha"],
+                                                          strict=True)})  # fmt: skip
+    ticks = sorted(names)
+    label = " : ".join(f"datum.value == {i} ? '{names[i][:8]}'" for i in ticks) + " : ''"
     x = alt.X(
         "index:Q",
-        title="commit in the range (0 = good)",
+        title="commit in the range (good on the left)",
         scale=alt.Scale(domain=[0, max(1, commits - 1)]),
+        axis=alt.Axis(values=ticks, labelExpr=label if ticks else "''", labelAngle=-40),
     )
     y = alt.Y("ratio:Q", title="time against the reference build", scale=alt.Scale(type="log"))
     tooltip = [
@@ -308,11 +331,25 @@ def bisection_range_chart(points: pd.DataFrame, commits: int, culprit: int | Non
     )
     one = alt.Chart(pd.DataFrame({"ratio": [1.0]})).mark_rule(strokeDash=[4, 4]).encode(y="ratio:Q")
     layers: list[Any] = [one, bars, dots]
+    if unmeasured is not None and len(unmeasured):
+        marks = unmeasured.assign(ratio=1.0)
+        layers.append(
+            alt.Chart(marks)
+            .mark_point(shape="cross", size=160, filled=True)
+            .encode(
+                x=x,
+                y=y,
+                color=alt.Color("verdict:N"),
+                tooltip=[
+                    alt.Tooltip("short_sha:N", title="commit"),
+                    alt.Tooltip("purpose:N", title="step"),
+                    alt.Tooltip("verdict:N", title="no timing"),
+                ],
+            )
+        )
     if culprit is not None:
         mark = pd.DataFrame({"index": [culprit], "what": ["culprit"]})
-        layers.append(
-            alt.Chart(mark).mark_rule(color="firebrick").encode(x="index:Q", tooltip=["what:N"])
-        )
+        layers.append(alt.Chart(mark).mark_rule(color="firebrick").encode(x=x, tooltip=["what:N"]))
     return alt.layer(*layers).properties(height=260)
 
 
@@ -400,3 +437,45 @@ def roofline_chart(
         )
         layers.insert(0, ceiling)
     return alt.layer(*layers).properties(height=420)
+
+
+def selftest_chart(tests: pd.DataFrame) -> ChartSpec:
+    """The cards' timer noise night after night (``cv`` in %), a flagged night marked red."""
+    data = tests.copy()
+    data["cv %"] = data["cv"] * 100
+    data["A/A ratio"] = [
+        fmt.ratio(r, lo, hi)
+        for r, lo, hi in zip(data["ratio"], data["ci_low"], data["ci_high"], strict=True)
+    ]
+    data["flag"] = data["flagged"].map(lambda f: "flagged" if f else "ok")
+    data["why"] = data["reason"].fillna("")
+    x = alt.X("created:T", title="night")
+    y = alt.Y("cv %:Q", title="timer noise (CV, %)")
+    tooltip = [
+        alt.Tooltip("card_label:N", title="card"),
+        alt.Tooltip("created:T", title="tested", format="%Y-%m-%d %H:%M"),
+        alt.Tooltip("cv %:Q", format=".3f"),
+        alt.Tooltip("A/A ratio:N"),
+        alt.Tooltip("why:N"),
+    ]
+    card = alt.Color("card_label:N", title="card")
+    lines = alt.Chart(data).mark_line().encode(x=x, y=y, color=card)
+    dots = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=60)
+        .encode(
+            x=x,
+            y=y,
+            color=card,
+            shape=alt.Shape(
+                "flag:N", scale=alt.Scale(domain=["ok", "flagged"], range=["circle", "triangle-up"])
+            ),
+            tooltip=tooltip,
+        )
+    )
+    red = (
+        alt.Chart(data[data["flagged"]])
+        .mark_point(size=220, color="firebrick", strokeWidth=2)
+        .encode(x=x, y=y, tooltip=tooltip)
+    )
+    return alt.layer(lines, dots, red).properties(height=240)

@@ -61,6 +61,39 @@ def ratio(ratio: Any, low: Any = None, high: Any = None) -> str:
     return units.ratio_text(ratio, low, high)
 
 
+# How the pages name what started a run; scheduled runs (kernelwatch beat) say so.
+TRIGGERS = {
+    "push": "push",
+    "pull_request": "pull request",
+    "nightly": "scheduled: branch",
+    "release": "scheduled: new release",
+    "manual": "manual",
+    "bisect": "bisection step",
+    "auto": "automatic",
+    "demo": "demo",
+    "import": "import",
+    "backfill": "backfill",
+}
+SCHEDULED = ("nightly", "release")
+
+
+def trigger(word: Any) -> str:
+    """``scheduled: new release`` for ``release``; an unknown word as it is."""
+    return TRIGGERS.get(str(word), str(word)) if isinstance(word, str) and word else "–"
+
+
+def text(value: Any) -> str:
+    """A cell for people: ``–`` for a missing value (never ``None`` or ``nan``)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
+        return "–"
+    return str(value)
+
+
+def headers(table: pd.DataFrame) -> pd.DataFrame:
+    """snake_case column names as words: ``gpu_seconds`` → ``gpu seconds``."""
+    return table.rename(columns=lambda c: str(c).replace("_", " "))
+
+
 def params(p: Any) -> str:
     if not isinstance(p, dict):
         return ""

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kernelwatch.dashboard import cached, charts, fmt, nav
+from kernelwatch.dashboard import cached, charts, fmt, nav, queries
 
 # ``device.peaks`` as kernels/peaks.py writes it (measured bf16 GEMM rate, copy bandwidth).
 PEAK_KEYS = {
@@ -35,6 +35,8 @@ def render(url: str) -> None:
     if run_param is not None and repo_param is None:
         detail = cached.run_detail(url, run_param)
         repo_param = int(detail["repository_id"]) if detail else None
+    if repo_param is None:  # the repository being measured, not the first by name
+        repo_param = queries.busiest_repository(repos)
     c1, c2 = st.columns([1, 2])
     ids = [int(i) for i in repos["id"]]
     names = dict(zip(repos["id"], repos["name"], strict=True))

@@ -48,7 +48,7 @@ def render_list(url: str) -> None:
     cols[2].metric("Finished", int(sum(by_state.get(s, 0) for s in ("succeeded", "failed"))))
     cols[3].metric("Errors", int(by_state.get("error", 0)))
 
-    f1, f2, f3 = st.columns([2, 3, 1])
+    f1, f2, f3, f4 = st.columns([2, 3, 1, 1])
     repo_ids: list[int | None] = [None, *[int(r) for r in repos["id"]]]
     names = dict(zip(repos["id"], repos["name"], strict=True))
     repo = f1.selectbox(
@@ -66,9 +66,20 @@ def render_list(url: str) -> None:
         index=nav.index_of(devices, nav.param("device")),
         format_func=lambda d: d or "all",
     )
-    nav.set_params({"repo": repo, "state": ",".join(states), "device": device})
+    started_by = ["", *(["scheduled"] if set(fmt.SCHEDULED) & set(cached.triggers(url)) else []),
+                  *cached.triggers(url)]  # fmt: skip
+    trigger = f4.selectbox(
+        "Trigger",
+        started_by,
+        index=nav.index_of(started_by, nav.param("trigger")),
+        format_func=lambda t: (
+            "all" if not t else "scheduled (beat)" if t == "scheduled" else fmt.trigger(t)
+        ),
+    )
+    nav.set_params({"repo": repo, "state": ",".join(states), "device": device, "trigger": trigger})
+    wanted_triggers = fmt.SCHEDULED if trigger == "scheduled" else (trigger,) if trigger else ()
 
-    df = cached.runs(url, repo, tuple(states), device or None)
+    df = cached.runs(url, repo, tuple(states), device or None, triggers=wanted_triggers)
     if df.empty:
         st.info(
             "No runs yet. Start one with `kernelwatch run <source> --commit <sha>` "
@@ -95,21 +106,23 @@ def render_list(url: str) -> None:
 
 
 def run_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The run list: what a person scans first on the left (a wide table scrolls, and the
+    trigger and repository used to be the columns it hid, issue 27)."""
     return pd.DataFrame(
         {
             "open": [nav.link("run", run=int(i)) for i in df["id"]],
             "state": df["status"],
             "verdict": df["verdict"].fillna(""),
+            "trigger": df["trigger"].map(fmt.trigger),
             "repository": df["repository"],
             "commit": [
                 fmt.short_sha(s) if isinstance(s, str) else (v or "")
                 for s, v in zip(df["sha"], df["version_spec"], strict=True)
             ],
-            "message": df["message"].map(fmt.first_line),
-            "moved": df.get("moved", ""),
             "device class": df["device_class"],
+            "moved": df.get("moved", ""),
+            "message": df["message"].map(lambda m: fmt.first_line(m, 60)),
             "worker": df["worker"].fillna(""),
-            "trigger": df["trigger"],
             "created": df["created"],
             "wait": df["wait_s"].map(fmt.duration),
             "duration": df["duration_s"].map(fmt.duration),
@@ -142,7 +155,7 @@ def render_run(url: str, run_id: int) -> None:
     facts = [
         f"**Commit** `{run['sha'] or run['version_spec'] or '–'}`",
         f"**Suites** {', '.join(run['suites'] or []) or '–'}",
-        f"**Trigger** {run['trigger']}",
+        f"**Trigger** {fmt.trigger(run['trigger'])}",
         f"**Attempts** {run['attempts']}",
     ]
     if run["baseline_sha"] or pd.notna(run["baseline_run_id"]):

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kernelwatch.dashboard import cached, charts, nav
+from kernelwatch.dashboard import cached, charts, nav, queries
 from kernelwatch.jobs.judging.history import CHANGEPOINT
 from kernelwatch.kernels.verdict import CaseVerdict
 
@@ -35,6 +35,8 @@ def render(url: str) -> None:
     if repo_param is None and case is not None:
         found = cached.case_repositories(url, case["case_id"])
         repo_param = found[0] if found else None
+    if repo_param is None:  # the repository being measured, not the first by name
+        repo_param = queries.busiest_repository(repos)
 
     c1, c2, c3 = st.columns(3)
     ids = [int(i) for i in repos["id"]]

@@ -22,6 +22,7 @@ from sqlalchemy.orm import aliased
 from kernelwatch.db.bisect import Bisection, BisectionStep
 from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import Case, Commit, Regression, Repository, Result, Run
+from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.triage import TriageEvent
 
 # Run list and selectors show at most this many runs; older ones are reached by id.
@@ -86,8 +87,33 @@ def schema_state(engine: Engine) -> dict[str, bool]:
 
 
 def repositories(engine: Engine) -> pd.DataFrame:
-    q = select(Repository.id, Repository.name, Repository.source, Repository.default_branch)
-    return _frame(engine, q.order_by(Repository.name))
+    """Repositories by name, each with how many runs it has and its newest run's id."""
+    q = (
+        select(
+            Repository.id,
+            Repository.name,
+            Repository.source,
+            Repository.default_branch,
+            func.count(Run.id).label("runs"),
+            func.max(Run.id).label("last_run"),
+        )
+        .outerjoin(Run, Run.repository_id == Repository.id)
+        .group_by(Repository.id, Repository.name, Repository.source, Repository.default_branch)
+        .order_by(Repository.name)
+    )
+    return _frame(engine, q)
+
+
+def busiest_repository(repos: pd.DataFrame) -> int | None:
+    """The repository a page opens on when none is asked for: the one with the most runs
+    (the newest run breaks a tie), not the first by name (issue 27: a tiny repository
+    named ``a...`` hid the one being measured)."""
+    if repos.empty:
+        return None
+    ranked = repos.assign(last=repos["last_run"].fillna(-1)).sort_values(
+        ["runs", "last"], ascending=False
+    )
+    return int(ranked["id"].iloc[0])
 
 
 def device_classes(engine: Engine, repository_id: int | None = None) -> list[str]:
@@ -169,6 +195,7 @@ def runs(
     statuses: Sequence[str] = (),
     device_class: str | None = None,
     limit: int = RUN_LIMIT,
+    triggers: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Newest runs first, with repository, commit and queue/run durations."""
     q = (
@@ -184,6 +211,8 @@ def runs(
         q = q.where(Run.status.in_(list(statuses)))
     if device_class:
         q = q.where(Run.device_class == device_class)
+    if triggers:
+        q = q.where(Run.trigger.in_(list(triggers)))
     df = _with_durations(_frame(engine, q))
     df["moved"] = _moved_kernels(engine, [int(i) for i in df["id"]]) if len(df) else []
     return df
@@ -230,6 +259,12 @@ def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
         return None
     row: dict[str, Any] = df.iloc[0].to_dict()
     return row
+
+
+def triggers(engine: Engine) -> list[str]:
+    """The triggers runs were started by (push, pull_request, nightly, release, ...)."""
+    with engine.connect() as conn:
+        return sorted(str(t) for t in conn.scalars(select(Run.trigger).distinct()))
 
 
 def run_counts(engine: Engine) -> pd.DataFrame:
@@ -362,6 +397,7 @@ def trend(
             Regression.kind.label("regression"),
             Regression.state.label("regression_state"),
             Regression.ratio.label("regression_ratio"),
+            Run.trigger,
         )
         .join(Run, Result.run_id == Run.id)
         .join(Commit, Run.commit_id == Commit.id)
@@ -652,3 +688,39 @@ def bisection_steps(engine: Engine, bisection_id: int) -> pd.DataFrame:
         .order_by(s.position)
     )
     return _frame(engine, q)
+
+
+# --------------------------------------------------------------------------- self-tests
+
+
+def selftests(engine: Engine, limit: int = 5000) -> pd.DataFrame | None:
+    """The cards' timer self-tests, oldest first (``db/selftest.py``); None before the
+    table exists (migration 0007)."""
+    if "card_selftests" not in set(inspect(engine).get_table_names()):
+        return None
+    t = CardSelftest
+    q = (
+        select(
+            t.id,
+            t.card,
+            t.device_class,
+            t.gpu_name,
+            t.host,
+            t.worker,
+            t.cv,
+            t.sample_cv,
+            t.ratio,
+            t.ci_low,
+            t.ci_high,
+            t.baseline_cv,
+            t.flagged,
+            t.reason,
+            t.error,
+            t.created,
+        )
+        .order_by(t.id.desc())
+        .limit(limit)
+    )
+    df = _frame(engine, q)
+    df["created"] = pd.to_datetime(df["created"], utc=True)
+    return df.iloc[::-1].reset_index(drop=True)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, InconclusivePolicy
@@ -34,6 +35,13 @@ class Settings(BaseSettings):
     # Report check runs (a GitHub App installation token) instead of commit statuses.
     github_checks: bool = False
     dashboard_url: str = "http://127.0.0.1:8501"
+    # Reads of the REST API (/api/v1/*): a bearer token (jobs/api/auth.py). With
+    # api_auth "auto" a token is required when one is set or when the API binds beyond
+    # loopback (then without KW_API_TOKEN every read is refused); "on" always, "off" never.
+    api_token: str | None = None
+    api_auth: Literal["auto", "on", "off"] = "auto"
+    # /metrics behind the same token (Prometheus: bearer_token); open by default.
+    metrics_auth: bool = False
     # Per-run limits for the suite subprocess (seconds).
     suite_timeout_s: float = 1800.0
     case_timeout_s: float = 600.0
@@ -66,6 +74,8 @@ class Settings(BaseSettings):
     # CPU timings prove the plumbing only (design.md): a CPU run's timing verdicts are shown
     # ("slower on CPU (plumbing only)") but do not make its run fail or neutral unless this
     # is set; correctness (broken, less_accurate) and errors gate on the CPU as anywhere.
+    # It acts where a run is judged (the worker's analysis); `kernelwatch gate` only reads
+    # those verdicts and says so when it finds this set in its own environment.
     cpu_timing_gates: bool = False
     # Bisection steps ahead whose builds go to the ``build`` queue while a step measures
     # (jobs/planning/build_ahead.py): 2 sends the builds of both outcomes of the next two
@@ -79,7 +89,32 @@ class Settings(BaseSettings):
             return None
         scheme = value.split(":", 1)[0]
         if not scheme or "://" not in value and not value.startswith("sqlite:"):
-            raise ValueError(f"not a URL: {value!r}")
+            raise ValueError(f"not a URL: {masked(value)!r} (e.g. {_URL_EXAMPLES})")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _loadable_dialect(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy can open, or the one line that says which one to write."""
+        if value is None:
+            return None
+        scheme = value.split("://", 1)[0].lower()
+        if scheme in ("postgres", "postgresql", "postgresql+psycopg2"):
+            fixed = "postgresql+psycopg://" + value.split("://", 1)[1]
+            raise ValueError(
+                f"{scheme}:// needs a driver kernelwatch does not install; write "
+                f"{masked(fixed)} (psycopg 3)"
+            )
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(value).get_dialect().import_dbapi()  # the driver, too
+        except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as exc:
+            raise ValueError(
+                f"SQLAlchemy cannot open {masked(value)!r} ({type(exc).__name__}: {exc}); "
+                f"kernelwatch speaks {_URL_EXAMPLES}"
+            ) from None
         return value
 
     @field_validator("regression_threshold")
@@ -101,6 +136,37 @@ class Settings(BaseSettings):
         self.data_dir.mkdir(parents=True, exist_ok=True)
 
 
+_URL_EXAMPLES = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB or sqlite:////PATH/kernelwatch.db"
+
+
+def masked(url: str) -> str:
+    """``url`` with its password replaced: error messages end up in logs."""
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{head}://{user}{':***' if ':' in creds else ''}@{host}"
+
+
+class SettingsError(ValueError):
+    """A ``KW_*`` variable that does not validate, said in one line per variable."""
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The settings from the environment; :class:`SettingsError` names what is wrong."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """``KW_DATABASE_URL: not a URL: 'notaurl' (e.g. ...)``; several joined with ``; ``."""
+    parts = []
+    for error in exc.errors():
+        name = "KW_" + "_".join(str(x) for x in error["loc"]).upper()
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{name}: {message}")
+    return "; ".join(parts)

@@ -17,6 +17,7 @@ readonly WORKER_TEMPLATE="kernelwatch-worker@.service"
 readonly WORKER_CPU="kernelwatch-worker-cpu.service"
 readonly API_UNIT="kernelwatch-api.service"
 readonly DASHBOARD_UNIT="kernelwatch-dashboard.service"
+readonly BEAT_UNIT="kernelwatch-beat.service"
 readonly WANTED_BY="multi-user.target"
 
 prefix=/opt/kernelwatch
@@ -35,6 +36,7 @@ system_site_packages=0
 service_user=kernelwatch
 enable_api=0
 enable_dashboard=0
+enable_beat=0
 
 usage() {
     cat <<'USAGE'
@@ -57,6 +59,7 @@ Usage: install-gpu-host.sh [options]
   --user NAME             service account, created if missing          (kernelwatch)
   --enable-api            also enable and start kernelwatch-api
   --enable-dashboard      also enable and start kernelwatch-dashboard
+  --enable-beat           also enable and start kernelwatch-beat (scheduled runs; one per fleet)
   --migrate               run `kernelwatch db upgrade` with the environment file
   --restart               restart units that are already running (waits for the
                           running measurement: up to TimeoutStopSec)
@@ -120,6 +123,7 @@ while (($#)); do
         --system-site-packages) system_site_packages=1; shift ;;
         --enable-api) enable_api=1; shift ;;
         --enable-dashboard) enable_dashboard=1; shift ;;
+        --enable-beat) enable_beat=1; shift ;;
         --migrate) migrate=1; shift ;;
         --restart) restart=1; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -314,7 +318,7 @@ write_unit() {
     fi
 }
 
-for unit in "$WORKER_TEMPLATE" "$WORKER_CPU" "$API_UNIT" "$DASHBOARD_UNIT"; do
+for unit in "$WORKER_TEMPLATE" "$WORKER_CPU" "$API_UNIT" "$DASHBOARD_UNIT" "$BEAT_UNIT"; do
     write_unit "$unit"
 done
 
@@ -327,6 +331,7 @@ else
 fi
 ((enable_api)) && desired+=("$API_UNIT")
 ((enable_dashboard)) && desired+=("$DASHBOARD_UNIT")
+((enable_beat)) && desired+=("$BEAT_UNIT")
 
 is_desired() {
     local u

@@ -203,9 +203,14 @@ def _device() -> torch.device:
 # --------------------------------------------------------------------------- coordinator
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``kernelwatch bench-paired`` (and of the worker's ``python -m`` entry)."""
     p = argparse.ArgumentParser(
-        prog="kernelwatch bench-paired", description=__doc__.splitlines()[0]
+        prog="kernelwatch bench-paired",
+        description="A suite in paired mode, no database: baseline and candidate library "
+        "checked on identical inputs, then timed interleaved on one GPU until each case's "
+        "ratio is decided. Exit 0 pass, 1 fail (regression, less_accurate, broken), 2 error, "
+        "3 neutral (inconclusive).",
     )
     p.add_argument("--baseline-path", required=True, help="PYTHONPATH of the baseline library")
     p.add_argument("--candidate-path", required=True, help="PYTHONPATH of the candidate")
@@ -244,7 +249,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
     p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
     p.add_argument(
-        "--placements", type=int, default=None, help="instances of a case per side process"
+        "--placements",
+        type=int,
+        default=None,
+        help="copies of each case a side builds behind random padding (memory placement "
+        "becomes noise in the interval; default from --pairs)",
     )
     p.add_argument(
         "--gpu-budget",
@@ -258,8 +267,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--screen-tol",
         type=float,
         default=PairedConfig.screen_tol,
-        help="a side this far from its role's median level is set up again, then left "
-        "out with its pair (default 0.03; 0: off)",
+        help="a side this much slower than its role's lower quartile and its pair partner "
+        "is set up again, then left out with its pair (default 0.05; 0: off)",
     )
     p.add_argument(
         "--graph-footprint-mb",
@@ -302,6 +311,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--case-timeout", type=float, default=300.0, help="seconds per set-up or block")
     p.add_argument("--library", default="{}", help="JSON of the candidate library")
     p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.min_effect > 0:
         p.error(f"--min-effect must be above 0 (a relative change), got {args.min_effect}")

@@ -34,6 +34,11 @@ from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_nam
 from kernelwatch.kernels.timing import TimerConfig, measure
 
 CASE_MARKER = "KW-CASE-START"
+# The marker lines are a protocol with the worker (``worker/suite_process.py``), which runs
+# ``python -m kernelwatch.kernels.runner`` (or ``.paired_suite``): on by default there.
+# ``kernelwatch bench`` and ``bench-paired`` at a terminal turn them off (issue 27: a
+# person read them as output); :func:`quiet_case_markers`.
+_case_markers = True
 CASE_HELP = (
     "only the cases matching this pattern: comma-separated globs over the kernel, "
     "'kernel label' (k=v by key) and the case id (kernels/casepattern.py)"
@@ -41,8 +46,14 @@ CASE_HELP = (
 BUILTIN_IMPL = "kernelwatch.kernels.triton_kernels"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="kernelwatch bench", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``kernelwatch bench`` (and of the worker's ``python -m`` entry)."""
+    p = argparse.ArgumentParser(
+        prog="kernelwatch bench",
+        description="Run suites in this environment, no database: each case checked against "
+        "a high-precision reference, then timed; one JSON record per case to --out, then a "
+        "table. Exit 0 all passed or skipped, 1 a wrong result, 2 an error.",
+    )
     p.add_argument("--suite", action="append", help="suite name (repeatable); default: basic")
     p.add_argument("--out", help="JSON-lines file to write ('-' for stdout); required to run")
     p.add_argument("--impl", default=BUILTIN_IMPL, help="module providing the kernels under test")
@@ -60,10 +71,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=None, help="sampling seconds per case")
     p.add_argument("--target", type=float, default=0.005, help="relative CI half-width target")
     p.add_argument("--warm-l2", action="store_true", help="do not flush L2 between samples")
-    p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto")
+    p.add_argument(
+        "--cuda-graph",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="time through a captured CUDA graph (auto: where the case allows it)",
+    )
     p.add_argument("--library", default="{}", help="JSON: {name, version, commit} of the library")
     p.add_argument("--list", action="store_true", help="list suites and exit")
     p.add_argument("--no-peaks", action="store_true", help="skip the roofline peak probe")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.list and not args.out:
         p.error("the following arguments are required: --out (or --list)")
@@ -220,6 +241,7 @@ def selected_cases(
 
     The ``KW-CASE-START`` marker names the case a crash or hang belongs to
     (``worker/suite_process.py``); the runner and the paired coordinator share it.
+    ``kernelwatch bench`` turns it off (:func:`quiet_case_markers`).
     """
     for suite in suites:
         for spec in load_suite(suite, size, device):
@@ -228,9 +250,16 @@ def selected_cases(
             cid = case_id(spec.kernel, backend, spec.params)
             if cid in skip or not matches(names_of(spec.kernel, spec.params, cid), pattern):
                 continue
-            params = json.dumps(spec.params, sort_keys=True)
-            print(f"{CASE_MARKER} {cid} {spec.kernel} {params}", file=sys.stderr, flush=True)
+            if _case_markers:
+                params = json.dumps(spec.params, sort_keys=True)
+                print(f"{CASE_MARKER} {cid} {spec.kernel} {params}", file=sys.stderr, flush=True)
             yield suite, spec, cid
+
+
+def quiet_case_markers() -> None:
+    """No ``KW-CASE-START`` lines from this process: it runs for a person, not the worker."""
+    global _case_markers
+    _case_markers = False
 
 
 def blank_record(spec: CaseSpec, suite: str, cid: str, backend: str) -> ResultRecord:
@@ -307,4 +336,12 @@ if __name__ == "__main__":
     entry()
 
 
-__all__: list[Any] = ["main", "bench", "run_case", "summary", "CASE_MARKER"]
+__all__: list[Any] = [
+    "CASE_MARKER",
+    "bench",
+    "build_parser",
+    "main",
+    "quiet_case_markers",
+    "run_case",
+    "summary",
+]

@@ -12,8 +12,9 @@ kernelwatch's own Triton kernels by default, or the library under test (e.g.
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,11 +71,26 @@ def suite_names() -> list[str]:
     return sorted(all_suites())
 
 
+def unknown_suites(names: Sequence[str]) -> str:
+    """Why ``names`` cannot run ('' when every one is a suite), with a did-you-mean: checked
+    before anything runs or is queued (a mistyped ``--suite`` used to reach the worker,
+    issue 18, and ``kernelwatch bench --suite basicc`` was a KeyError traceback, issue 27)."""
+    known = suite_names()
+    bad = [n for n in names if n not in known]
+    if not bad:
+        return ""
+    hints = []
+    for name in bad:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return f"unknown suite {', '.join(hints)}; suites: {', '.join(known)}"
+
+
 def load_suite(name: str, size: str, device: torch.device) -> list[CaseSpec]:
     try:
         target = all_suites()[name]
     except KeyError:
-        raise KeyError(f"unknown suite {name!r}; known: {', '.join(suite_names())}") from None
+        raise KeyError(unknown_suites([name])) from None
     module_name, func = target.split(":")
     builder: SuiteBuilder = getattr(importlib.import_module(module_name), func)
     return builder(size, device)

@@ -110,6 +110,16 @@ def matmul(a, b, out):
 """.replace("{chunks}", str(SPLIT_K_CHUNKS))
 
 
+# A library whose softmax is wrong (every row scaled by 1.5): broken on any seed.
+BROKEN_SOFTMAX = (
+    "from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention\n"
+    "from kernelwatch.kernels.triton_kernels import softmax as _softmax\n"
+    "def softmax(x, out):\n"
+    "    _softmax(x, out)\n"
+    "    out.mul_(1.5)  # the normalisation broke\n"
+)
+
+
 def library_files(name: str, init: str, recipe: str = "pip") -> dict[str, str]:
     return {
         f"{name}/__init__.py": init,

@@ -7,6 +7,9 @@ message) is retried after the lease would have gone stale; a cancelled run ends
 quietly; a run past the task's soft time limit is recorded as ``error``.
 Heartbeats, health checks and the run lease live in ``worker/heartbeat.py``.
 
+``selftest`` (a worker's direct queue, sent by ``kernelwatch beat``) runs the nightly timer
+self-test of the worker's card (``worker/selftest.py``).
+
 ``build_ahead`` (queue ``build``) builds a bisection's next commits into the
 environment cache (``worker/prebuild.py``); it is an optimisation, so it never
 retries and never fails: whatever goes wrong is logged and the step builds itself.
@@ -25,10 +28,12 @@ from kernelwatch.db.config import get_settings
 from kernelwatch.db.session import session_factory
 from kernelwatch.jobs.errors import InfrastructureError
 from kernelwatch.jobs.planning.broker import BUILD_AHEAD, EXECUTE_RUN, make_celery
+from kernelwatch.jobs.planning.scheduled import SELFTEST_TASK
 from kernelwatch.worker import fleetconfig
 from kernelwatch.worker.executor import abandon, execute
 from kernelwatch.worker.heartbeat import Heartbeats, RunCancelled, RunLeased, kill_children
 from kernelwatch.worker.prebuild import build_ahead_of
+from kernelwatch.worker.selftest import run_selftest
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,8 @@ fleet = fleetconfig.FleetConfig.from_settings(settings)
 app = make_celery(settings)
 fleetconfig.configure(app, fleet)
 heartbeats = Heartbeats(app, settings, fleet).install()
+# the scheduler's budget comes with each message; this is for one sent by hand
+SELFTEST_BUDGET_S = 20.0
 
 
 @app.task(  # type: ignore[untyped-decorator]
@@ -78,3 +85,16 @@ def build_ahead(bisection_id: int, sha: str, depth: int) -> str:
     except Exception:  # the database or the sandbox: the step run meets it on its own
         log.exception("build-ahead of %s for bisection %s failed", sha[:12], bisection_id)
         return "error"
+
+
+@app.task(name=SELFTEST_TASK, bind=True)  # type: ignore[untyped-decorator]
+def selftest(self: Task, card: str, budget_s: float | None = None) -> str:
+    """The nightly timer self-test of this worker's card (``worker/selftest.py``)."""
+    hostname = getattr(self.request, "hostname", None) or socket.gethostname()
+    budget = budget_s if budget_s is not None else SELFTEST_BUDGET_S
+    try:
+        row = run_selftest(session_factory(), settings, card, hostname, budget)
+    except SoftTimeLimitExceeded:
+        kill_children()
+        return "error"
+    return "error" if row.error else "flagged" if row.flagged else "ok"

@@ -8,6 +8,7 @@ from kernelwatch.db import (  # noqa: F401  (tables outside models.py)
     fleet,
     github,
     outbox,
+    selftest,
     triage,
 )
 from kernelwatch.db.models import Base

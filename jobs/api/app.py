@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.jobs.api import rest, webhook
+from kernelwatch.jobs.api.auth import ReadAccess
 from kernelwatch.jobs.api.context import ApiContext
 from kernelwatch.jobs.api.metrics import Metrics
 from kernelwatch.jobs.github.client import GitHubClient
@@ -48,11 +49,14 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     reporter_interval_s: float | None = 2.0,
     reconcile: ReconcileConfig | None | bool = True,
+    bind_host: str = "127.0.0.1",
 ) -> FastAPI:
     """The API. ``repos``: watched repositories (default: the ``KW_REPOS_FILE`` file).
 
     ``reconcile``: True reads :class:`ReconcileConfig` from the settings and
     environment, a config is used as given, None or False runs no reconciler.
+    ``bind_host``: the address served, which decides whether reads need the token
+    (``jobs/api/auth.py``).
     """
     if reconcile is True:
         reconcile = ReconcileConfig.from_settings(settings)
@@ -72,7 +76,15 @@ def create_app(
         handler=WebhookHandler(session_factory, settings, celery_app, watched, reporter),
         metrics=Metrics(session_factory, settings),
         max_body_bytes=max_body_bytes,
+        read_access=ReadAccess.of(settings, bind_host),
     )
+    if ctx.read_access.required and ctx.read_access.token is None:
+        log.warning(
+            "reads of /api/v1 need a token here (the API binds %s, KW_API_AUTH=%s) and "
+            "KW_API_TOKEN is not set: every read is refused (401) until it is",
+            bind_host,
+            settings.api_auth,
+        )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -100,6 +112,7 @@ def create_app(
     app.state.kw = ctx
     app.include_router(webhook.router)
     app.include_router(rest.router)
+    app.include_router(rest.reads)
     return app
 
 

@@ -9,6 +9,7 @@ from fastapi import Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
+from kernelwatch.jobs.api.auth import ReadAccess
 from kernelwatch.jobs.api.metrics import Metrics
 from kernelwatch.jobs.github.client import GitHubClient
 from kernelwatch.jobs.github.events import WebhookHandler
@@ -28,6 +29,7 @@ class ApiContext:
     handler: WebhookHandler
     metrics: Metrics
     max_body_bytes: int
+    read_access: ReadAccess
 
 
 def context(request: Request) -> ApiContext:

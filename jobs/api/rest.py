@@ -1,4 +1,8 @@
-"""Read-only REST API: health, metrics, runs with their cases, verdicts of a commit."""
+"""Read-only REST API: health, metrics, runs with their cases, verdicts of a commit.
+
+Every ``/api/v1`` route needs the read token where ``jobs/api/auth.py`` says so;
+``/healthz`` never does, ``/metrics`` only with ``KW_METRICS_AUTH``.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import func, select, text
 
 from kernelwatch.db.models import Commit, Run
+from kernelwatch.jobs.api.auth import require_metrics, require_read
 from kernelwatch.jobs.api.context import ApiContext, context
 from kernelwatch.jobs.api.schemas import (
+    VERDICT_EXAMPLE,
     ClassVerdictOut,
     ErrorResponse,
     Health,
@@ -21,10 +27,19 @@ from kernelwatch.jobs.api.schemas import (
     RunList,
     VerdictOut,
 )
+from kernelwatch.jobs.cli.exit_codes import for_answer
+from kernelwatch.jobs.github.render import render_comment
+from kernelwatch.jobs.judging.gate_answer import gate_answer, gate_table
 from kernelwatch.jobs.judging.report import run_summary
-from kernelwatch.jobs.judging.verdicts import commit_verdict, repository_ids, runs_of_commit
+from kernelwatch.jobs.judging.verdicts import repository_ids
 
 router = APIRouter()
+# /api/v1/*: the read token (jobs/api/auth.py); 401 is documented on each route
+reads = APIRouter(
+    prefix="/api/v1",
+    dependencies=[Depends(require_read)],
+    responses={401: {"model": ErrorResponse, "description": "no token, or not this server's"}},
+)
 
 Ctx = Annotated[ApiContext, Depends(context)]
 SHA_PATTERN = r"^[0-9a-f]{7,40}$"
@@ -50,6 +65,7 @@ def healthz(ctx: Ctx) -> Any:
 @router.get(
     "/metrics",
     response_class=Response,
+    dependencies=[Depends(require_metrics)],
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
 def metrics(ctx: Ctx) -> Response:
@@ -72,7 +88,7 @@ def _brief(run: Run) -> RunBrief:
     )
 
 
-@router.get("/api/v1/runs", response_model=RunList)
+@reads.get("/runs", response_model=RunList)
 def list_runs(
     ctx: Ctx,
     repo: Annotated[str | None, Query(max_length=255)] = None,
@@ -94,9 +110,7 @@ def list_runs(
         return RunList(runs=[_brief(r) for r in runs], total=total)
 
 
-@router.get(
-    "/api/v1/runs/{run_id}", response_model=RunDetail, responses={404: {"model": ErrorResponse}}
-)
+@reads.get("/runs/{run_id}", response_model=RunDetail, responses={404: {"model": ErrorResponse}})
 def get_run(ctx: Ctx, run_id: int) -> RunDetail:
     if not 0 < run_id <= MAX_INT:
         raise HTTPException(404, f"no run {run_id}")
@@ -111,40 +125,55 @@ def get_run(ctx: Ctx, run_id: int) -> RunDetail:
     return RunDetail.model_validate(summary)
 
 
-@router.get(
-    "/api/v1/verdicts", response_model=VerdictOut, responses={404: {"model": ErrorResponse}}
+@reads.get(
+    "/verdicts",
+    response_model=VerdictOut,
+    responses={
+        200: {"content": {"application/json": {"example": VERDICT_EXAMPLE}}},
+        404: {"model": ErrorResponse, "description": "no repository of that name (yet)"},
+    },
+    summary="The merge gate's answer for one commit",
 )
 def get_verdict(
     ctx: Ctx,
-    repo: Annotated[str, Query(min_length=1, max_length=255)],
-    sha: Annotated[str, Query(pattern=SHA_PATTERN)],
+    repo: Annotated[
+        str, Query(min_length=1, max_length=255, description="owner/name, a name or a source")
+    ],
+    sha: Annotated[str, Query(pattern=SHA_PATTERN, description="a full sha or 7+ hex digits")],
 ) -> VerdictOut:
+    """What ``kernelwatch gate`` answers (``gate --api`` and the GitHub Action read this):
+    ``pending`` while a run of the sha is queued or running, then its verdict, with the
+    exit code the gate gives it, the table it prints and the PR comment's markdown."""
     with ctx.factory() as session:
-        ids = repository_ids(session, repo)
-        if not ids:
+        if not repository_ids(session, repo):
             raise HTTPException(404, f"no repository {repo!r}")
-        runs = runs_of_commit(session, ids, sha)
-        full = runs[0].commit.sha if runs and runs[0].commit else sha
-        verdict = commit_verdict(session, repo, full, runs)
+        answer = gate_answer(session, repo, sha)
+    verdict = answer.verdict
     base = ctx.settings.dashboard_url.rstrip("/")
+    classes = [
+        ClassVerdictOut(
+            device_class=c.device_class,
+            state=c.state,
+            description=c.description,
+            run_id=c.run_id,
+            baseline_sha=c.baseline_sha,
+            baseline_run_id=c.baseline_run_id,
+            target_url=base + c.dashboard_path,
+            counts=c.counts,
+            moved=[MovedCaseOut(**m.__dict__) for m in c.moved],
+        )
+        for c in verdict.classes
+    ]
     return VerdictOut(
         repository=verdict.repository,
         sha=verdict.sha,
-        verdict=verdict.overall,
-        classes=[
-            ClassVerdictOut(
-                device_class=c.device_class,
-                state=c.state,
-                description=c.description,
-                run_id=c.run_id,
-                baseline_sha=c.baseline_sha,
-                baseline_run_id=c.baseline_run_id,
-                target_url=base + c.dashboard_path,
-                counts=c.counts,
-                moved=[MovedCaseOut(**m.__dict__) for m in c.moved],
-            )
-            for c in verdict.classes
-        ],
+        verdict=answer.overall,
+        exit_code=int(for_answer(answer.overall)),
+        in_flight=list(answer.in_flight),
+        dashboard_url=classes[0].target_url if classes else base,
+        classes=classes,
+        table=gate_table(answer, ctx.settings.dashboard_url),
+        markdown=render_comment(verdict, dashboard_url=ctx.settings.dashboard_url),
     )
 
 
@@ -157,4 +186,4 @@ def _version() -> str:
         return "0+unknown"
 
 
-__all__ = ["router"]
+__all__ = ["reads", "router"]

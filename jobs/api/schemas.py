@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class WebhookResponse(BaseModel):
@@ -80,8 +80,10 @@ class MovedCaseOut(BaseModel):
     kernel: str
     backend: str
     label: str
-    verdict: str
-    ratio: float | None
+    verdict: str = Field(
+        description="regression | less_accurate | broken | error | inconclusive | improvement"
+    )
+    ratio: float | None = Field(description="candidate / baseline median time (> 1 slower)")
     ci_low: float | None
     ci_high: float | None
     baseline_median_s: float | None
@@ -91,18 +93,78 @@ class MovedCaseOut(BaseModel):
 
 class ClassVerdictOut(BaseModel):
     device_class: str
-    state: str = Field(description="pending | success | failure | error (commit status)")
+    state: str = Field(description="pending | success | failure | neutral | error (commit status)")
     description: str
     run_id: int
     baseline_sha: str | None
     baseline_run_id: int | None
-    target_url: str
+    target_url: str = Field(description="the dashboard view that explains this state")
     counts: dict[str, int]
     moved: list[MovedCaseOut]
 
 
+# One answer as the API gives it (docs/github.md shows the same); kept valid by a test.
+VERDICT_EXAMPLE: dict[str, Any] = {
+    "repository": "acme/kernels",
+    "sha": "c" * 40,
+    "verdict": "fail",
+    "exit_code": 1,
+    "in_flight": [],
+    "dashboard_url": "https://kw.example.com/?page=compare&a=41&b=42",
+    "classes": [
+        {
+            "device_class": "h100",
+            "state": "failure",
+            "description": "1 regression, 9 unchanged",
+            "run_id": 42,
+            "baseline_sha": "b" * 40,
+            "baseline_run_id": 41,
+            "target_url": "https://kw.example.com/?page=compare&a=41&b=42",
+            "counts": {"regression": 1, "unchanged": 9},
+            "moved": [
+                {
+                    "kernel": "softmax",
+                    "backend": "kern",
+                    "label": "cols=1024, rows=4096",
+                    "verdict": "regression",
+                    "ratio": 1.233,
+                    "ci_low": 1.201,
+                    "ci_high": 1.262,
+                    "baseline_median_s": 0.00012,
+                    "median_s": 0.000148,
+                    "error": "",
+                }
+            ],
+        }
+    ],
+    "table": "acme/kernels@cccccccccccc: FAIL\n\n  gpu class    state       run  description\n"
+    "  h100         failure      42  1 regression, 9 unchanged\n...",
+    "markdown": "<!-- kernelwatch:pr-comment -->\n### kernelwatch: ❌ 1 regression\n...",
+}
+
+
 class VerdictOut(BaseModel):
+    """The merge gate's answer for one commit, in every GPU class."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [VERDICT_EXAMPLE]})
+
     repository: str
-    sha: str
-    verdict: str = Field(description="pass | fail | error | pending | none")
+    sha: str = Field(description="the full sha the answer is about")
+    verdict: str = Field(
+        description="pass | fail | neutral | error | pending (a run of this sha is still "
+        "queued or running, or waits for its baseline) | none (no runs of this sha yet)"
+    )
+    exit_code: int = Field(
+        description="what `kernelwatch gate` exits with for this answer: 0 pass, 1 fail "
+        "(regression, less_accurate, broken), 2 error or no finished answer (pending, "
+        "none), 3 neutral (inconclusive)"
+    )
+    in_flight: list[int] = Field(
+        default_factory=list, description="ids of the runs of this sha still queued or running"
+    )
+    dashboard_url: str = Field(
+        description="the dashboard view of the first GPU class (each class has its own)"
+    )
     classes: list[ClassVerdictOut]
+    table: str = Field(description="the table `kernelwatch gate` prints, as plain text")
+    markdown: str = Field(description="the same answer as the PR comment's markdown")

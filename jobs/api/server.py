@@ -35,6 +35,7 @@ def serve(
         github,
         max_body_bytes=max_body_bytes,
         reporter_interval_s=reporter_interval_s,
+        bind_host=host,
     )
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, proxy_headers=True)

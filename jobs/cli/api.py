@@ -11,7 +11,13 @@ NAME = "api"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    api = sub.add_parser(NAME, help="webhook + REST API (OpenAPI at /openapi.json)")
+    api = sub.add_parser(
+        NAME,
+        help="webhook + REST API (OpenAPI at /openapi.json)",
+        description="Serve GitHub webhooks (plan runs, report statuses and PR comments) and "
+        "the REST API (/api/v1: runs, verdicts; reads need KW_API_TOKEN beyond loopback), "
+        "/healthz and /metrics. Migrates the database first.",
+    )
     api.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     api.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     api.add_argument(

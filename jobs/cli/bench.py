@@ -3,7 +3,9 @@
 The arguments go to the suite runner untouched (``kernels/runner.py``,
 ``kernels/paired_suite.py``), so ``kernelwatch bench --help`` shows the runner's own
 options. ``bench`` and ``bench-paired`` add what a person at a terminal needs and the
-worker must not get: a summary table after the JSON lines, and an exit code from the
+worker must not get: a mistyped suite is one line with a did-you-mean before anything
+runs, the runner's ``KW-CASE-START`` lines (its protocol with the worker) stay off the
+terminal, a summary table follows the JSON lines, and the exit code comes from the
 cases (``bench``: 0 all passed or skipped, 1 a wrong result, 2 an error;
 ``bench-paired``: from the paired verdicts, 3 for a case left inconclusive;
 :mod:`.exit_codes`).
@@ -33,13 +35,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def main(argv: Sequence[str]) -> int:
     """``kernelwatch bench ARGS``: records to ``--out``, then the summary and the code."""
-    from kernelwatch.kernels.runner import bench, parse_args, summary
-    from kernelwatch.kernels.suite import suite_names
+    from kernelwatch.kernels.runner import bench, parse_args, quiet_case_markers, summary
+    from kernelwatch.kernels.suite import suite_names, unknown_suites
 
     args = parse_args(argv)
     if args.list:
         print("\n".join(suite_names()))
         return Exit.PASS
+    unknown = unknown_suites(args.suite or [])
+    if unknown:
+        return fail(NAME, unknown)
+    quiet_case_markers()  # the worker's protocol, not output for a person
     records = bench(args)
     # With --out - the records are stdout: the table goes beside them, to stderr.
     print(summary(records), file=sys.stderr if args.out == "-" else sys.stdout)
@@ -55,9 +61,15 @@ def main_paired(argv: Sequence[str]) -> int:
     (0 pass, 1 a regression, ``less_accurate`` or broken case, 2 an error, 3 a case left
     inconclusive: the exit-code contract of ``run --wait`` and ``gate``)."""
     from kernelwatch.kernels.paired_suite import parse_args, run, summary
+    from kernelwatch.kernels.runner import quiet_case_markers
+    from kernelwatch.kernels.suite import unknown_suites
     from kernelwatch.kernels.verdict import run_verdict
 
     args = parse_args(argv)
+    unknown = unknown_suites(args.suite)
+    if unknown:
+        return fail(PAIRED, unknown)
+    quiet_case_markers()
     records = run(args)
     print(summary(records), file=sys.stderr if args.out == "-" else sys.stdout)
     verdicts = [(r.get("paired") or {}).get("verdict") for r in records]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, TextIO
 
 from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_bisection
 
@@ -55,17 +56,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     b.add_argument("--wait", action="store_true", help="block until the bisection ends")
     b.add_argument("--timeout", type=float, default=3 * 3600, help="seconds --wait waits")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
+    b.add_argument("--quiet", action="store_true", help="no progress lines while waiting")
     b.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from kernelwatch.db.bisect import DEFAULT_BUDGET_S, Bisection
     from kernelwatch.jobs.cli.common import factory, settings, warn_without_worker
-    from kernelwatch.jobs.cli.run import unknown_suites
     from kernelwatch.jobs.planning import bisect_driver as driver
     from kernelwatch.jobs.planning.broker import make_celery
     from kernelwatch.jobs.planning.queues import local_device_class
     from kernelwatch.kernels.catalog import unknown_kernels
+    from kernelwatch.kernels.suite import unknown_suites
 
     sessions = factory()
     if args.cancel is not None:
@@ -103,7 +105,11 @@ def handle(args: argparse.Namespace) -> int:
     if queue is not None:  # its steps are ordinary runs: without a worker they only wait
         warn_without_worker(sessions, queue, NAME)
     if args.wait:
-        status = driver.wait(sessions, s, app, bid, args.timeout)
+        progress = BisectProgress(None if args.json or args.quiet else sys.stderr)
+        progress.update(sessions, bid)
+        status = driver.wait(
+            sessions, s, app, bid, args.timeout, on_poll=lambda _: progress.update(sessions, bid)
+        )
     with sessions() as session:
         summary = driver.summary(session, bid)
         row = session.get(Bisection, bid)
@@ -135,20 +141,76 @@ def _step_queue(sessions: sessionmaker[Session], bid: int) -> str | None:
         return run.queue if run is not None else None
 
 
+class BisectProgress:
+    """One line on stderr whenever the bisection moves (``bisect --wait``): the steps done
+    and their words, and the step measuring now with its run's state. Issue 27: a silent
+    minute and a half read as a hang."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self.stream = stream
+        self.started = time.monotonic()
+        self.last = ""
+
+    def update(self, sessions: sessionmaker[Session], bid: int) -> None:
+        if self.stream is None:
+            return
+        with sessions() as session:
+            line = progress_line(session, bid)
+        if line and line != self.last:
+            print(f"[{time.monotonic() - self.started:6.0f}s] {line}", file=self.stream, flush=True)
+            self.last = line
+
+
+def progress_line(session: Session, bid: int) -> str:
+    """``bisection 3: 6 commits · 2 steps done (last 1a2b3c4d5e6f bad: regression) · now
+    measuring 9f8e7d6c5b4a against 0c1d2e3f4a5b (search): run 18 building``."""
+    from sqlalchemy import func, select
+
+    from kernelwatch.db.bisect import Bisection
+    from kernelwatch.db.models import Result, Run
+
+    row = session.get(Bisection, bid)
+    if row is None:
+        return ""
+    done = [st for st in row.steps if st.outcome is not None]
+    parts = [f"bisection {bid}: {len(row.commits)} commits", f"{len(done)} steps done"]
+    if done:
+        last = done[-1]
+        parts[-1] += f" (last {last.sha[:12]} {last.outcome}: {last.verdict or '-'})"
+    for step in (st for st in row.steps if st.outcome is None):
+        run = session.get(Run, step.run_id) if step.run_id else None
+        state = "planned"
+        if run is not None:
+            cases = session.scalar(select(func.count()).where(Result.run_id == run.id)) or 0
+            state = {"queued": "queued", "running": "measuring" if cases else "building"}.get(
+                run.status, run.status
+            )
+            state = f"run {run.id} {state}"
+        parts.append(
+            f"now {step.sha[:12]} against {step.against_sha[:12]} ({step.purpose}): {state}"
+        )
+    return " · ".join(parts)
+
+
 def _text(bid: int, status: str, reason: str, summary: dict[str, object]) -> str:
+    from kernelwatch.kernels.units import ratio_text
+
     lines = [f"bisection {bid}: {status}" + (f" ({reason})" if reason else "")]
     steps = summary["steps"]
     assert isinstance(steps, list)
     for step in steps:
-        mark = "skipped" if step["skipped"] else step["verdict"]
+        mark = "skipped" if step["skipped"] else step["verdict"] or "-"
         lines.append(f"  {str(step['sha'])[:12]}  {mark}")
     culprit = summary["culprit"]
     if isinstance(culprit, dict):
+        interval = culprit.get("interval") or [None, None]
         lines.append(
             f"culprit {str(culprit['sha'])[:12]} (parent {str(culprit['parent'])[:12]}): "
-            f"{culprit['verdict']}, ratio {culprit['ratio']}, interval {culprit['interval']}"
+            f"{culprit['verdict'] or '-'}, ratio {ratio_text(culprit['ratio'], *interval)}"
         )
-    lines.append(f"device seconds: {summary['gpu_seconds']}")
+    else:
+        lines.append("culprit: none named")
+    lines.append(f"device seconds: {float(str(summary['gpu_seconds'])):.1f}")
     return "\n".join(lines)
 
 

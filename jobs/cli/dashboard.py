@@ -10,7 +10,12 @@ NAME = "dashboard"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ds = sub.add_parser(NAME, help="Streamlit dashboard")
+    ds = sub.add_parser(
+        NAME,
+        help="Streamlit dashboard",
+        description="Serve the dashboard (runs, trends, regressions, compare, bisections, "
+        "fleet) from the database in KW_DATABASE_URL.",
+    )
     ds.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
     ds.add_argument("--address", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ds.set_defaults(func=handle)

@@ -8,9 +8,18 @@ NAME = "db"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    db = sub.add_parser(NAME, help="database maintenance")
-    dbs = db.add_subparsers(dest="db_command", required=True)
-    up = dbs.add_parser("upgrade", help="Alembic migrations to head")
+    db = sub.add_parser(
+        NAME,
+        help="database maintenance",
+        description="Database maintenance on KW_DATABASE_URL (every command also migrates "
+        "on start; this is for deployments that migrate as a step of their own).",
+    )
+    dbs = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    up = dbs.add_parser(
+        "upgrade",
+        help="Alembic migrations to head",
+        description="Apply the Alembic migrations up to REVISION (default: head).",
+    )
     up.add_argument("revision", nargs="?", default="head", help="target revision (default head)")
     up.set_defaults(func=handle)
 

@@ -16,7 +16,13 @@ NAME = "detect"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    det = sub.add_parser(NAME, help="change points of a series (stdin JSON -> stdout JSON)")
+    det = sub.add_parser(
+        NAME,
+        help="change points of a series (stdin JSON -> stdout JSON)",
+        description='Change points of a series: stdin {"values": [...], "lower_is_better": '
+        'true} gives {"change_points": [{"index", "direction", ...}]} on stdout. Exit 2 with a '
+        "message on bad input.",
+    )
     det.add_argument(
         "--batch", action="store_true", help='stdin is {"series": [{"id", "values"}, ...]}'
     )

@@ -1,7 +1,12 @@
-"""``kernelwatch doctor``: is this machine ready? Database, broker, workers, GPU, compiler.
+"""``kernelwatch doctor``: is this machine ready? Database, broker, sandbox, workers, GPU.
 
 A check that raises is ``BAD`` and makes the exit code 1; a check may instead return a
 :class:`Warn` (no live worker yet: runs would wait) that is shown but does not fail.
+The checks of what a worker here would meet (the sandbox for code under test, NVML, its
+queue) run in ``python -m kernelwatch.worker.doctor``, a process of this interpreter: the
+command line may not import the worker (import-linter's layers), and a worker started
+here would have exactly that environment. A missing or unusable bubblewrap is BAD: every
+run would end as an error.
 """
 
 from __future__ import annotations
@@ -27,7 +32,14 @@ Check = tuple[str, Callable[[], str]]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    doc = sub.add_parser(NAME, help="check database, broker, workers, GPU, compiler, versions")
+    doc = sub.add_parser(
+        NAME,
+        help="check database, broker, sandbox, workers, GPU, NVML, compiler, versions",
+        description="Check that this machine can run kernelwatch: database, broker, the "
+        "sandbox for code under test (bubblewrap), the worker that would take this "
+        "machine's runs, GPU and NVML, compiler, versions. Exit 0 when nothing is BAD "
+        "(warnings do not fail), 1 otherwise.",
+    )
     doc.add_argument("--json", action="store_true", help="the checks as JSON")
     doc.set_defaults(func=handle)
 
@@ -57,23 +69,48 @@ def _broker() -> str:
 
 
 def _workers() -> str:
-    """Live workers (heartbeats of the last two minutes) and the queues they serve."""
+    """The worker this machine's runs would use: a live one serving its queue, or a Warn."""
     from kernelwatch.db.fleet import live_workers
     from kernelwatch.db.migrate import upgrade
     from kernelwatch.db.session import session_factory
     from kernelwatch.jobs.planning.queues import local_device_class, queue_for
 
     upgrade()
+    queue = queue_for(local_device_class())
     with session_factory()() as session:
         workers = live_workers(session)
-        rows = [f"{w.name} [{w.queues or '-'}] {w.state}" for w in workers]
-    if not rows:
+        serving = [f"{w.name} ({w.state})" for w in workers if queue in w.queues.split(",")]
+        others = [
+            f"{w.name} [{w.queues or '-'}] {w.state}"
+            for w in workers
+            if queue not in w.queues.split(",")
+        ]
+    elsewhere = f"; other live workers: {', '.join(others)}" if others else ""
+    if not serving:
         return Warn(
-            f"no live worker: runs wait until one serves their queue (here "
-            f"{queue_for(local_device_class())}); start `kernelwatch worker`, or "
-            "`kernelwatch serve` on one machine"
+            f"no live worker serves queue {queue}, where runs from this machine go: they "
+            "wait until one does; start `kernelwatch worker`, or `kernelwatch serve` on one "
+            f"machine{elsewhere}"
         )
-    return f"{len(rows)} live: " + "; ".join(rows)
+    return f"queue {queue} served by " + ", ".join(serving) + elsewhere
+
+
+def worker_checks(timeout_s: float = 120) -> list[dict[str, object]]:
+    """The checks of ``python -m kernelwatch.worker.doctor`` (sandbox, NVML, queue)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.worker.doctor"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    try:
+        checks: list[dict[str, object]] = json.loads(proc.stdout)["checks"]
+        return [c for c in checks if c["check"] != "queue"]  # _workers names the queue
+    except (ValueError, KeyError, TypeError):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return [{"check": "sandbox", "ok": False, "warn": False,
+                 "detail": f"the worker's checks did not run: {tail[0]}"}]  # fmt: skip
 
 
 def _gpu() -> str:
@@ -123,9 +160,13 @@ CHECKS: list[Check] = [
 
 
 def run_checks(json_out: bool = False) -> int:
-    results = []
+    results: list[dict[str, object]] = []
     ok = True
     for name, fn in CHECKS:
+        if name == "workers":  # the worker's own checks first: can it run code at all?
+            found = worker_checks()
+            ok = ok and all(bool(c["ok"]) for c in found)
+            results += found
         try:
             detail = fn()
             results.append(

@@ -1,13 +1,22 @@
-"""``kernelwatch gate --repo R --sha S [--wait] [--timeout S]``: a merge gate for any CI.
+"""``kernelwatch gate``: a merge gate for any CI, from the database or the REST API.
 
-Reads the database (no GitHub needed): the runs of commit ``S`` in repository ``R``
+With the database (``KW_DATABASE_URL``): the runs of commit ``S`` in repository ``R``
 (a watched GitHub name ``owner/name``, a repository name or its source), one per GPU
-class, and prints the table of :func:`kernelwatch.jobs.github.render.format_gate`.
+class, read through :mod:`kernelwatch.jobs.judging.gate_answer` and printed as the table
+of :func:`kernelwatch.jobs.github.render.format_gate`. With ``--api URL --token-env
+NAME``: the same answer from ``GET /api/v1/verdicts`` (:mod:`.gate_remote`, which is also
+the GitHub Action's script), no database access needed.
 
-Exit codes (design.md contract, :mod:`.exit_codes`): 0 pass; 1 a regression or a
-broken case in any class; 2 error, timeout, or no finished answer (unknown commit,
-still pending without ``--wait``); 3 neutral. A definite regression wins over an error
-in another class.
+``--wait`` waits while any run of the sha is queued or running (bisection steps aside),
+so a re-run in flight is never answered with the older verdict (issue 23, item 7).
+
+Exit codes (design.md contract, :mod:`.exit_codes`): 0 pass; 1 fail (a regression,
+``less_accurate`` or broken case in any class; it wins over an error in another); 2
+error, timeout, or no finished answer (unknown commit, still pending without
+``--wait``); 3 neutral (inconclusive; ``--neutral pass|fail`` maps it to 0 or 1).
+
+``KW_CPU_TIMING_GATES`` acts in the worker, when a run is judged: set in the gate's own
+environment it changes no verdict, and the gate says so.
 """
 
 from __future__ import annotations
@@ -22,44 +31,55 @@ from typing import TYPE_CHECKING, TextIO
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernelwatch.jobs.cli import gate_remote
 from kernelwatch.jobs.cli.exit_codes import MEANING, Exit, fail, for_answer
-from kernelwatch.jobs.github.render import format_gate
-from kernelwatch.jobs.judging.verdicts import (
-    CommitVerdict,
-    commit_verdict,
-    repository_ids,
-    runs_of_commit,
-)
+from kernelwatch.jobs.judging.gate_answer import GateAnswer, gate_answer, gate_table
+from kernelwatch.jobs.judging.verdicts import CommitVerdict
 
 if TYPE_CHECKING:
     from kernelwatch.jobs.cli.progress import RunProgress
 
 NAME = "gate"
+CPU_TIMING_NOTE = gate_remote.CPU_TIMING_NOTE
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g = sub.add_parser(
         NAME,
         help="merge gate: exit 0 pass, 1 fail, 2 error or timeout, 3 neutral",
-        description="The verdict of one commit in every GPU class, from the database. "
-        "Exit 0 pass, 1 fail (regression, less_accurate, broken), 2 error or timeout, "
-        "3 neutral (inconclusive).",
+        description="The verdict of one commit in every GPU class, from the database, or "
+        "with --api from kernelwatch's REST API (no database access). " + gate_remote.EXIT_HELP,
     )
     g.add_argument("--repo", required=True, help="owner/name, repository name or source")
     g.add_argument("--sha", required=True, help="commit (full sha or a 7+ character prefix)")
-    g.add_argument("--wait", action="store_true", help="block until every run is judged")
+    g.add_argument(
+        "--wait",
+        action="store_true",
+        help="block until no run of the commit is queued or running and every one is judged",
+    )
     g.add_argument("--timeout", type=float, default=3600, help="seconds to wait at most")
-    g.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
     g.add_argument("--json", action="store_true", help="the verdict per class as JSON")
     g.add_argument("--quiet", action="store_true", help="no progress lines while waiting")
+    g.add_argument(
+        "--api",
+        metavar="URL",
+        help="ask this kernelwatch API (GET /api/v1/verdicts) instead of the database",
+    )
+    gate_remote.add_arguments(g, standalone=False)
     g.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.api:
+        return gate_remote.run(args)
+    if args.token_env:
+        return fail(
+            NAME, "--token-env goes with --api URL (without it the gate reads the database)"
+        )
     from kernelwatch.jobs.cli.common import factory, settings
 
-    if args.timeout <= 0:
-        return fail(NAME, "--timeout must be positive")
+    if args.timeout <= 0 or args.poll <= 0:
+        return fail(NAME, "--timeout and --poll must be positive seconds")
     if not all(c in "0123456789abcdef" for c in args.sha.lower()) or not 7 <= len(args.sha) <= 40:
         return fail(NAME, "--sha must be 7 to 40 hex digits")
     code = gate(
@@ -72,23 +92,27 @@ def handle(args: argparse.Namespace) -> int:
         dashboard_url=settings().dashboard_url,
         as_json=args.json,
         progress=None if args.json or args.quiet else sys.stderr,
+        neutral=args.neutral,
+        err=sys.stderr,
     )
-    if code != Exit.PASS:
-        code = Exit(code)
-        print(f"kernelwatch gate: {code.name.lower()}: {MEANING[code]}", file=sys.stderr)
     return code
+
+
+def answer(
+    factory: sessionmaker[Session], repo: str, sha: str, tracker: RunProgress | None = None
+) -> GateAnswer:
+    with factory() as session:
+        found = gate_answer(session, repo, sha)
+        if tracker is not None:
+            tracker.update(list(found.runs))
+        return found
 
 
 def current(
     factory: sessionmaker[Session], repo: str, sha: str, tracker: RunProgress | None = None
 ) -> CommitVerdict:
-    with factory() as session:
-        ids = repository_ids(session, repo)
-        runs = runs_of_commit(session, ids, sha) if ids else []
-        if tracker is not None:
-            tracker.update(runs)
-        full = runs[0].commit.sha if runs and runs[0].commit else sha
-        return commit_verdict(session, repo, full, runs)
+    """The commit's verdict as its runs say now (in-flight runs aside)."""
+    return answer(factory, repo, sha, tracker).verdict
 
 
 def gate(
@@ -103,22 +127,31 @@ def gate(
     as_json: bool = False,
     out: Callable[[str], None] = print,
     progress: TextIO | None = None,
+    neutral: str = "neutral",
+    err: TextIO | None = None,
 ) -> int:
-    """Print the verdict of ``repo@sha`` and return the exit code.
+    """Print the answer for ``repo@sha`` and return the exit code.
 
-    ``progress``: where ``--wait`` reports the runs it waits for (``jobs/cli/progress.py``).
+    ``progress``: where ``--wait`` reports the runs it waits for (``jobs/cli/progress.py``);
+    ``err``: where a non-zero exit says why; ``neutral``: what an inconclusive answer exits
+    with (``neutral`` 3, ``pass`` 0, ``fail`` 1).
     """
     from kernelwatch.jobs.cli.progress import RunProgress
 
     tracker = RunProgress(progress if wait else None, f"runs of {sha[:12]}")
     deadline = time.monotonic() + timeout_s
-    verdict = current(factory, repo, sha, tracker)
-    while wait and verdict.overall in ("pending", "none") and time.monotonic() < deadline:
+    found = answer(factory, repo, sha, tracker)
+    while wait and found.overall in ("pending", "none") and time.monotonic() < deadline:
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-        verdict = current(factory, repo, sha, tracker)
+        found = answer(factory, repo, sha, tracker)
     tracker.close()
-    overall = verdict.overall
+    verdict, overall = found.verdict, found.overall
     timed_out = wait and overall in ("pending", "none")
+    code = for_answer(overall)
+    why = MEANING[code]
+    if code == Exit.NEUTRAL and neutral != "neutral":
+        code = Exit(gate_remote.NEUTRAL_AS[neutral])
+        why = f"{MEANING[Exit.NEUTRAL]} (--neutral {neutral})"
     if as_json:
         out(
             json.dumps(
@@ -126,21 +159,29 @@ def gate(
                     "repository": verdict.repository,
                     "sha": verdict.sha,
                     "verdict": overall,
+                    "exit_code": int(code),
                     "timed_out": timed_out,
+                    "in_flight": list(found.in_flight),
                     "classes": [asdict(c) for c in verdict.classes],
                 },
                 default=str,
             )
         )
     else:
-        out(format_gate(verdict, dashboard_url))
+        out(gate_table(found, dashboard_url))
         if timed_out:
             out(f"timed out after {timeout_s:.0f} s waiting for the runs of {sha[:12]}")
         elif overall == "pending":
             out("not finished yet: pass --wait to block until it is")
         elif overall == "none":
             out(f"no runs of {sha[:12]} in {repo}")
-    return for_answer(overall)
+    if err is not None and gate_remote.cpu_timing_note_due(
+        [c.device_class for c in verdict.classes]
+    ):
+        print(f"kernelwatch gate: {CPU_TIMING_NOTE}", file=err)
+    if err is not None and code != Exit.PASS:
+        print(f"kernelwatch gate: {Exit(code).name.lower()}: {why}", file=err)
+    return code
 
 
-__all__ = ["NAME", "add_parser", "current", "gate", "handle"]
+__all__ = ["CPU_TIMING_NOTE", "NAME", "add_parser", "answer", "current", "gate", "handle"]

@@ -19,7 +19,11 @@ NAME = "import"
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     im = sub.add_parser(
-        NAME, help="store result records measured elsewhere (kernelwatch bench output)"
+        NAME,
+        help="store result records measured elsewhere (kernelwatch bench output)",
+        description="Store result records measured on another machine (the JSON lines of "
+        "`kernelwatch bench --out`) as a run of --repo at --commit on --device-class, "
+        "compared with --parent when given; or load a dataset manifest (.toml).",
     )
     im.add_argument(
         "records", help="JSON-lines file of result records, or a dataset manifest (.toml)"

@@ -17,6 +17,7 @@ from importlib import metadata
 
 from kernelwatch.jobs.cli import (
     api,
+    beat,
     bench,
     bisect,
     dashboard,
@@ -49,6 +50,7 @@ COMMANDS: tuple[AddParser, ...] = (
     doctor.add_parser,
     api.add_parser,
     serve.add_parser,
+    beat.add_parser,
     gate.add_parser,
     bisect.add_parser,
     detect.add_parser,
@@ -99,10 +101,42 @@ def _dispatch(argv: list[str]) -> int:
     except BrokenPipeError:
         raise
     except Exception as exc:
+        known = explain(exc)
+        if known:  # a setting or a service: one line that says what to do
+            return fail(args.command, known)
         # A bug or an unexpected failure: show where, but exit 2 (error), never 1,
         # which a script would read as "the kernels failed".
         traceback.print_exc()
         return fail(args.command, f"unexpected {type(exc).__name__} (traceback above)")
+
+
+def explain(exc: BaseException) -> str:
+    """One line for a failure a person can fix (a bad ``KW_*`` value, a database or broker
+    that does not answer); '' for anything else, which deserves its traceback."""
+    from kernelwatch.db.config import SettingsError, get_settings
+
+    if isinstance(exc, SettingsError):
+        return str(exc)
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.OperationalError):
+        from kernelwatch.db.config import masked
+
+        url = masked(get_settings().resolved_database_url)
+        first = str(exc.orig or exc).strip().splitlines()[0] if str(exc.orig or exc) else ""
+        return (
+            f"cannot use the database {url} (KW_DATABASE_URL): {first}; is it running and "
+            "reachable? `kernelwatch doctor` checks it"
+        )
+    kombu_exc = sys.modules.get("kombu.exceptions")
+    if kombu_exc is not None and isinstance(exc, kombu_exc.OperationalError):
+        from kernelwatch.db.config import masked
+
+        broker = masked(get_settings().broker_url or "the filesystem broker")
+        return (
+            f"cannot reach the broker {broker} (KW_BROKER_URL): {exc}; is it running? "
+            "`kernelwatch doctor` checks it"
+        )
+    return ""
 
 
 if __name__ == "__main__":

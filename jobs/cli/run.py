@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_run, worst
@@ -94,6 +93,7 @@ def handle(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.planning.plan import RunRequest, plan, plan_versions
     from kernelwatch.jobs.planning.queues import local_device_class, queue_for
     from kernelwatch.kernels.catalog import run_gpus, unknown_kernels
+    from kernelwatch.kernels.suite import unknown_suites
 
     if not args.commit and not args.range and not args.version:
         return fail(NAME, "give --commit REV (repeatable), --range A..B or --version SPEC")
@@ -178,19 +178,6 @@ def handle(args: argparse.Namespace) -> int:
         what = ", ".join(f"run {r['id']} {r['status']}/{r['verdict'] or '-'}" for r in bad)
         return fail(NAME, f"{code.name.lower()}: {what} (kernelwatch show RUN for details)", code)
     return code
-
-
-def unknown_suites(names: Sequence[str]) -> str:
-    """Why ``names`` cannot run ('' when every one is a suite), checked before anything is
-    queued: a mistyped ``--suite`` used to reach the worker and turn the commit's result
-    into an error (issue 18)."""
-    from kernelwatch.kernels.suite import suite_names
-
-    known = suite_names()
-    bad = [n for n in names if n not in known]
-    if not bad:
-        return ""
-    return f"unknown suite {', '.join(map(repr, bad))}; suites: {', '.join(known)}"
 
 
 def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any]]:

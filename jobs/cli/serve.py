@@ -1,4 +1,4 @@
-"""``kernelwatch serve``: API, worker and dashboard on one machine, as one command.
+"""``kernelwatch serve``: API, worker, dashboard and beat on one machine, as one command.
 
 Each part runs as its own ``kernelwatch`` process (the worker must be a separate
 process anyway, and the dashboard is a Streamlit server); this supervisor starts
@@ -16,18 +16,27 @@ import time
 from collections.abc import Iterable
 from types import FrameType
 
-PARTS = ("api", "worker", "dashboard")
+PARTS = ("api", "worker", "dashboard", "beat")
 NAME = "serve"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    sv = sub.add_parser(NAME, help="api + worker + dashboard on one machine")
+    sv = sub.add_parser(
+        NAME,
+        help="api + worker + dashboard + beat on one machine",
+        description="Run the API, a worker, the dashboard and beat (scheduled runs) on this "
+        "machine as one command (database migrated first); stopping it, or any part "
+        "exiting, stops all.",
+    )
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="API port (default 8000)")
     sv.add_argument(
         "--dashboard-port", type=int, default=8501, help="dashboard port (default 8501)"
     )
     sv.add_argument("--queues", help="worker queues (default: this machine's class)")
+    sv.add_argument(
+        "--no-beat", action="store_true", help="no scheduled runs (when beat runs elsewhere)"
+    )
     sv.set_defaults(func=handle)
 
 
@@ -35,7 +44,10 @@ def handle(args: argparse.Namespace) -> int:
     from kernelwatch.db.migrate import upgrade
 
     upgrade()
-    return supervise(part_argvs(args.port, args.dashboard_port, args.host, args.queues))
+    argvs = part_argvs(args.port, args.dashboard_port, args.host, args.queues)
+    if args.no_beat:
+        del argvs["beat"]
+    return supervise(argvs)
 
 
 def part_argvs(
@@ -47,6 +59,7 @@ def part_argvs(
         "api": [*base, "api", "--host", host, "--port", str(api_port)],
         "worker": worker,
         "dashboard": [*base, "dashboard", "--address", host, "--port", str(dashboard_port)],
+        "beat": [*base, "beat"],
     }
 
 

@@ -13,7 +13,13 @@ NAME = "worker"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    w = sub.add_parser(NAME, help="Celery worker(s)")
+    w = sub.add_parser(
+        NAME,
+        help="Celery worker(s) that measure queued runs",
+        description="Start Celery worker processes that take runs from their queues "
+        "(gpu.<class> of this machine's GPUs, cpu without one), build each library in its "
+        "own environment and run the suites sandboxed, one task per GPU at a time.",
+    )
     w.add_argument(
         "--queues",
         help="comma-separated queues (default: this machine's class; 'build' for a CPU "

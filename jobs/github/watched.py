@@ -21,8 +21,12 @@ environment variable ``KW_REPOS_FILE`` (or handed to ``create_app`` directly)::
     device_classes = ["h100", "b200"]
     allow_users = ["trusted-fork-author"]      # their fork PRs run without the label
     bench_args = ["--budget", "0.5"]           # extra suite runner arguments
+    schedule = "02:00"             # also measure the branch below daily at 02:00 UTC
+    schedule_branch = "main"       # (default: the first of branches without a wildcard)
 
 A repository without its own secret is verified with the global webhook secret.
+The ``[watch]`` table of the same file (package releases, the cards' self-test) is read
+by :mod:`kernelwatch.jobs.planning.schedule`, which also checks ``schedule``.
 What this module does not do: read ``.kernelwatch.toml`` (that is the library's own
 file, read at the commit under test by the webhook layer and the worker).
 """
@@ -64,6 +68,18 @@ class WatchedRepo:
     # "paired": a PR's head and merge-base measured interleaved on one GPU in one run
     # (kernels/paired_suite.py); "separate": two runs compared afterwards.
     pr_mode: str = "paired"
+    # Scheduled runs of the branch (``kernelwatch beat``): "HH:MM" (UTC) or a cron line;
+    # "" for none. The branch defaults to the first entry of ``branches`` without a wildcard.
+    schedule: str = ""
+    schedule_branch: str | None = None
+
+    @property
+    def scheduled_branch(self) -> str:
+        """The branch a scheduled run measures."""
+        if self.schedule_branch:
+            return self.schedule_branch
+        plain = [b for b in self.branches if not any(c in b for c in "*?[")]
+        return plain[0] if plain else "main"
 
     def watches_branch(self, branch: str) -> bool:
         return any(fnmatch.fnmatchcase(branch, pattern) for pattern in self.branches)
@@ -94,16 +110,23 @@ _KEYS = {
     "bench_args",
     "case_timeout_s",
     "pr_mode",
+    "schedule",
+    "schedule_branch",
 }
 PR_MODES = ("paired", "separate")
 
 
-def load_repos_file(path: Path | str) -> dict[str, WatchedRepo]:
-    """Parse the repositories file; ConfigError names the file and the problem."""
+def read_repos_file(path: Path | str) -> dict[str, Any]:
+    """The repositories file as TOML data; ConfigError names the file and the problem."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        return tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"repositories file {path}: {exc}") from exc
+
+
+def load_repos_file(path: Path | str) -> dict[str, WatchedRepo]:
+    """Parse the repositories file; ConfigError names the file and the problem."""
+    data = read_repos_file(path)
     try:
         return parse_repos(data)
     except (TypeError, ValueError) as exc:
@@ -116,7 +139,7 @@ def repos_from_env() -> dict[str, WatchedRepo]:
 
 
 def parse_repos(data: Mapping[str, Any]) -> dict[str, WatchedRepo]:
-    unknown = set(data) - {"defaults", "repos"}
+    unknown = set(data) - {"defaults", "repos", "watch"}  # [watch]: jobs/planning/schedule.py
     if unknown:
         raise ValueError(f"unknown top-level keys: {sorted(unknown)}")
     defaults = data.get("defaults", {})
@@ -165,6 +188,16 @@ def watched_repo(full_name: str, table: Mapping[str, Any]) -> WatchedRepo:
     pr_mode = str(table.get("pr_mode", "paired"))
     if pr_mode not in PR_MODES:
         raise ValueError(f"{full_name}: pr_mode must be one of {PR_MODES}")
+    schedule = table.get("schedule", "")
+    if not isinstance(schedule, str):
+        raise ValueError(f'{full_name}: schedule must be a string such as "02:00"')
+    if schedule:
+        from kernelwatch.jobs.planning.schedule import parse_when
+
+        parse_when(schedule, f"{full_name}: schedule")
+    branch = table.get("schedule_branch")
+    if branch is not None and (not isinstance(branch, str) or not branch or branch[0] == "-"):
+        raise ValueError(f"{full_name}: schedule_branch must be a branch name")
     return WatchedRepo(
         full_name=full_name,
         source=source,
@@ -180,6 +213,8 @@ def watched_repo(full_name: str, table: Mapping[str, Any]) -> WatchedRepo:
         bench_args=_strings(table.get("bench_args", []), "bench_args", full_name),
         case_timeout_s=float(timeout) if timeout is not None else None,
         pr_mode=pr_mode,
+        schedule=schedule,
+        schedule_branch=branch,
     )
 
 

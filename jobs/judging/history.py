@@ -28,7 +28,7 @@ from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
 WINDOW = 60
-HISTORY_TRIGGERS = ("push", "nightly", "manual", "backfill")
+HISTORY_TRIGGERS = ("push", "nightly", "release", "manual", "backfill")
 CHANGEPOINT = "changepoint"  # the Regression kind of a step found in the history
 
 

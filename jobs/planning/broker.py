@@ -24,6 +24,7 @@ PRIORITY = {
     "manual": 5,
     "demo": 5,
     "nightly": 2,
+    "release": 2,
     "backfill": 1,
 }
 
@@ -50,6 +51,9 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_send_sent_event=True,
         task_queue_max_priority=10,
         task_default_priority=5,
+        # each worker also consumes its own queue (``<node>.dq2``): the nightly timer
+        # self-test reaches every card through it (jobs/planning/scheduled.py)
+        worker_direct=True,
     )
     if url.startswith("filesystem"):
         folder = settings.broker_dir / "queue"

@@ -10,10 +10,14 @@ fetch keeps virtual time in step with real time for ``hold_s`` seconds, so one v
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -101,3 +105,47 @@ def stddev(png: Path) -> float:
         return 0.0
     with Image.open(png) as img:
         return float(ImageStat.Stat(img.convert("L")).stddev[0])
+
+
+@contextmanager
+def dashboard_server(database_url: str, root: Path) -> Iterator[str]:
+    """``kernelwatch dashboard``'s server on a free loopback port, until the block ends.
+
+    The first request it gets is the test's (no warm-up): a new user's first page must
+    be drawn (issue 18).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KW_")}
+    env.update(KW_DATABASE_URL=database_url, KW_DATA_DIR=str(root))
+    log_path = root / "streamlit.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelwatch.dashboard.server",  # `kernelwatch dashboard`
+             "--server.headless", "true", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                        if r.read() == b"ok":
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start:\n{log_path.read_text()}")
+                time.sleep(0.3)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -513,7 +513,7 @@ def test_fleet_shows_workers_queue_and_running_runs(db: tuple[str, History]) -> 
     url, h = db
     at = open_page("fleet")
     assert "The heartbeat table is empty." in texts(at)
-    assert len(frames(at)) == 3
+    assert len(frames(at)) == 4  # queue depth, finished runs (expander), workers, running
     from kernelwatch.db.fleet import beat
 
     with _engine(url) as engine, Session(engine) as session:
@@ -530,13 +530,20 @@ def test_fleet_shows_workers_queue_and_running_runs(db: tuple[str, History]) -> 
         session.commit()
     st.cache_data.clear()
     at = open_page("fleet")
-    queue, workers, running, beats = frames(at)
-    assert queue.loc["gpu.h200", "queued"] == 1 and queue.loc["gpu.h200", "running"] == 1
+    queue, finished, workers, running, beats = frames(at)
+    # issue 27: "Queue depth" showed runs by final state; it is what waits and runs now
+    assert list(queue.columns) == ["queue", "queued", "running"]
+    assert queue.set_index("queue").loc["gpu.h200"].tolist() == [1, 1]
+    assert "succeeded" in finished.columns and "queued" not in finished.columns
     assert list(workers["worker"]) == ["gpu-h200-02@node7", "gpu-h100-01@node3"]
     assert list(workers["running now"]) == [1, 0]
     assert list(running["open"]) == [f"?page=run&run={h.running_run_id}"]
-    assert list(beats["name"]) == ["gpu-h200-02@node7"]
-    assert list(beats["state"]) == ["busy"] and list(beats["sm_mhz"]) == [1980]
+    assert list(beats["worker"]) == ["gpu-h200-02@node7"]
+    assert list(beats["state"]) == ["busy"] and list(beats["SM MHz"]) == ["1980"]
+    assert list(beats["run"]) == [f"?page=run&run={h.running_run_id}"]
+    # words for headers and a dash where nothing is known (no raw None, no snake_case)
+    assert not [c for c in beats.columns if "_" in c]
+    assert list(beats["GPU UUID"]) == ["–"] and list(beats["stopped"]) == ["–"]
 
 
 def test_roofline_draws_points_and_ceilings(db: tuple[str, History]) -> None:
@@ -582,7 +589,7 @@ def test_pages_and_triage_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None
         at = open_page("compare", a=h.run_ids[1], b=h.run_ids[2])
         assert frames(at)[0].iloc[0]["verdict"] == "regression"
         assert len(frames(open_page("regressions"))[0]) == 2
-        assert len(frames(open_page("fleet"))[1]) == 2
+        assert len(frames(open_page("fleet"))[2]) == 2  # the workers table
         assert len(frames(open_page("roofline", run=h.run_ids[2]))[0]) == 7
         # AppTest sends no headers: the proxy user is missing, so triage stays closed.
         at = open_page("regressions", regression=h.regression_id)

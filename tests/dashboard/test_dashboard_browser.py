@@ -7,12 +7,9 @@ screenshot per page under ``test-artifacts/`` for a human to look at.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,54 +43,8 @@ def _free_port() -> int:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, History]]:
     root = tmp_path_factory.mktemp("dashboard-browser")
     url, history = make_database(root / "kernelwatch.db")
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KW_")}
-    env.update(KW_DATABASE_URL=url, KW_DATA_DIR=str(root))
-    log = (root / "streamlit.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kernelwatch.dashboard.server",  # what `kernelwatch dashboard` runs
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--browser.gatherUsageStats",
-            "false",
-            "--server.fileWatcherType",
-            "none",
-        ],
-        cwd=root,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start:\n{(root / 'streamlit.log').read_text()}")
-            time.sleep(0.3)
-        # no warm-up request: the first page a person opens must be drawn (issue 18)
+    with browser.dashboard_server(url, root) as base:
         yield base, history
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def _chromium(url: str, profile: Path, *args: str, budget_ms: int = 20_000) -> str:

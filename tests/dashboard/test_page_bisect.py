@@ -102,17 +102,26 @@ def test_the_bisection_page_shows_culprit_effect_steps_and_device_seconds(db: in
     assert metrics == {
         "Status": "found",
         "Culprit": CULPRIT[:12],
-        "Effect": "3.04x",
-        "Device seconds": "412",
+        "Effect": "3.040× (+204.0 %)",
+        "Device time": "6 m 52 s",
     }
-    steps = at.dataframe[0].value
+    steps, listing = (d.value for d in at.dataframe)
     assert list(steps["commit"]) == [BAD[:12], PARENT[:12], CULPRIT[:12]]
-    assert list(steps["skipped"]) == [False, True, False]
+    assert list(steps["skipped"]) == ["no", "yes", "no"]
+    # issue 27: snake_case headers and raw None in the list of bisections
+    assert list(listing.columns) == ["bisection", "repository", "device class", "range",
+                                     "status", "culprit", "effect", "device time"]  # fmt: skip
+    assert "None" not in listing.astype(str).to_string()
     assert "interval 2.810–3.300" in " ".join(m.value for m in at.markdown)
-    # the range's trend: the followed case's ratio at each measured step, culprit marked
+    # the range's trend: the followed case's ratio at each measured step, the failed
+    # build drawn as a cross (it was left out), culprit marked
     (chart,) = at.get("vega_lite_chart")
     layers = json.loads(chart.proto.spec)["layer"]
-    assert [layer["mark"]["type"] for layer in layers] == ["rule", "rule", "point", "rule"]
+    assert [layer["mark"]["type"] for layer in layers] == ["rule", "rule", "point", "point", "rule"]
+    assert layers[3]["mark"]["shape"] == "cross"
+    axis = layers[2]["encoding"]["x"]["axis"]
+    assert all(isinstance(v, int) for v in axis["values"])  # whole commits, never 1.5
+    assert f"'{CULPRIT[:8]}'" in axis["labelExpr"] and f"'{PARENT[:8]}'" in axis["labelExpr"]
     with session_factory(engine_for(os.environ["KW_DATABASE_URL"]))() as s:
         row = s.get(Bisection, db)
         assert row is not None

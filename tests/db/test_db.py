@@ -125,6 +125,7 @@ def test_migrations_match_the_models(db_url: str) -> None:
     import kernelwatch.db.fleet
     import kernelwatch.db.github
     import kernelwatch.db.outbox
+    import kernelwatch.db.selftest
     import kernelwatch.db.triage  # noqa: F401
     from kernelwatch.db.models import Base
 

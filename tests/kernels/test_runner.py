@@ -92,11 +92,19 @@ def test_wrong_and_raising_kernels_become_fail_and_error_records(
 
 
 def test_case_markers_name_each_case_before_it_runs(tmp_path: Path) -> None:
+    """The worker's entry announces each case; ``kernelwatch bench`` at a terminal does not
+    (the markers are the worker's protocol, issue 27)."""
     out = tmp_path / "r.jsonl"
-    proc = run_cli("bench", "--out", str(out), "--kernel", "softmax", "--budget", "0.05")
+    args = ["--out", str(out), "--kernel", "softmax", "--budget", "0.05"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.kernels.runner", *args],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
     markers = [ln for ln in proc.stderr.splitlines() if ln.startswith("KW-CASE-START")]
     assert len(markers) == 1
     assert markers[0].split()[1] == _records(out)[0]["case_id"]
+    person = run_cli("bench", *args[:1], str(tmp_path / "p.jsonl"), *args[2:])
+    assert person.returncode == 0 and "KW-CASE-START" not in person.stderr + person.stdout
 
 
 def test_bench_exits_2_when_a_case_errored_but_the_worker_protocol_stays_0(

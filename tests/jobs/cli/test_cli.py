@@ -237,10 +237,22 @@ def test_doctor_lists_live_workers(sqlite_url: str, tmp_path: Path) -> None:
     factory: sessionmaker[Session] = sessionmaker(bind=engine_for(sqlite_url))
     with factory() as s, s.begin():
         beat(s, "kw-gpu0@node7", queues="gpu.h200", state="busy")
+    elsewhere = json.loads(run_cli("doctor", "--json", env=env, timeout=120).stdout)
+    [workers] = [c for c in elsewhere["checks"] if c["check"] == "workers"]
+    # a worker of another queue does not take this machine's runs (issue 27: doctor names
+    # the worker it would use)
+    assert (
+        workers["ok"]
+        and workers["warn"]
+        and "no live worker serves queue cpu" in (workers["detail"])
+    )
+    assert "other live workers: kw-gpu0@node7 [gpu.h200] busy" in workers["detail"]
+    with factory() as s, s.begin():
+        beat(s, "kw-cpu@node7", queues="cpu,build", state="idle")
     served = json.loads(run_cli("doctor", "--json", env=env, timeout=120).stdout)
     [workers] = [c for c in served["checks"] if c["check"] == "workers"]
     assert workers["ok"] and not workers["warn"]
-    assert "kw-gpu0@node7 [gpu.h200] busy" in workers["detail"]
+    assert workers["detail"].startswith("queue cpu served by kw-cpu@node7 (idle)")
 
 
 # ----------------------------------------------------------------------------- bench

@@ -27,7 +27,7 @@ from kernelwatch.jobs.errors import CommitNotFound, SourceError
 from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
 from kernelwatch.jobs.planning.plan import RunRequest, plan, plan_versions
 from tests.conftest import run_cli
-from tests.helpers import BAD_KERNELS, library_files, make_repo, make_wheel
+from tests.helpers import BAD_KERNELS, BROKEN_SOFTMAX, library_files, make_repo, make_wheel
 
 GOOD_INIT = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
 
@@ -205,13 +205,7 @@ def test_bad_cli_input_exits_2_with_message(env: Env, tmp_path: Path) -> None:
     assert os.environ.get("KW_DATABASE_URL") is None
 
 
-BROKEN_SOFTMAX_INIT = (
-    "from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention\n"
-    "from kernelwatch.kernels.triton_kernels import softmax as _softmax\n"
-    "def softmax(x, out):\n"
-    "    _softmax(x, out)\n"
-    "    out.mul_(1.5)  # 0.2 broke the normalisation\n"
-)
+BROKEN_SOFTMAX_INIT = BROKEN_SOFTMAX
 
 
 def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""`kernelwatch serve` brings up API, worker and dashboard, and takes them down together."""
+"""`kernelwatch serve` brings up API, worker, dashboard and beat, and takes them down together."""
 
 import os
 import signal
@@ -63,7 +63,15 @@ def test_serve_starts_all_parts_and_stops_them_together(tmp_path: Path) -> None:
         children = subprocess.run(
             ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False
         ).stdout.split()
-        assert len(children) == 3  # api, worker, dashboard
+        assert len(children) == 4  # api, worker, dashboard, beat
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # beat validates its schedule, then becomes celery
+            cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children]
+            if any(b"kernelwatch.jobs.planning.beat_app" in c for c in cmdlines):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"no beat among the parts: {cmdlines}")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         time.sleep(1)
