@@ -18,6 +18,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav, queries
 from kernelwatch.kernels.casepattern import case_names, matches
+from kernelwatch.kernels.verdict import CaseVerdict
 
 
 def render(url: str) -> None:
@@ -112,7 +113,7 @@ def range_points(cases: pd.DataFrame, commits: list[str], row: pd.Series) -> pd.
                 "ratio": float(c["ratio"]),
                 "low": c["ratio_ci_low"],
                 "high": c["ratio_ci_high"],
-                "verdict": c["verdict"] or "unchanged",
+                "verdict": c["verdict"] or CaseVerdict.UNCHANGED.value,
             }
         )
     return pd.DataFrame(kept, columns=[*columns, "verdict"])

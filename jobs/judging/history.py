@@ -5,9 +5,10 @@ smaller than one comparison's interval, shows only in the series. After each
 run of branch history (pushes, nightly, manual runs — not pull requests), the
 last ``WINDOW`` measurements of each of the run's cases on that GPU class go
 through ``kernelwatch detect``'s detector (``jobs/judging/detect.py``). A regression
-step is recorded as a ``Regression`` of kind ``changepoint`` at the commit where
-the new level starts, once, with its magnitude and p-value; the dashboard lists
-it with the pairwise ones and its Trends page draws exactly these rows. The smallest
+step is a finding of kind ``changepoint`` at the commit where the new level starts,
+recorded once, with its magnitude and p-value, as evidence of its problem
+(``problems.py``: the pairwise regression at that commit when there is one, else a
+problem of its own); the dashboard lists it and its Trends page draws exactly these. The smallest
 step recorded is the gate's minimum effect (the run's threshold, 1 % by default:
 ``kernels/verdict.py``), so history and the gate agree on what is worth a flag. The
 detector needs ``min_segment`` points on each side, so a step is confirmed a few
@@ -22,7 +23,8 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.db.models import Commit, Regression, RegressionEvidence, Result, Run
+from kernelwatch.jobs.judging import problems
 from kernelwatch.jobs.judging.cards import level_cards
 from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
@@ -43,7 +45,9 @@ def same_history(run: Run) -> tuple[ColumnElement[bool], ...]:
     )
 
 
-def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list[Regression]:
+def scan_run(
+    session: Session, run: Run, min_effect: float = MIN_EFFECT
+) -> list[RegressionEvidence]:
     """Record new change points in the histories of ``run``'s cases; returns them."""
     if run.trigger not in HISTORY_TRIGGERS or run.status != "succeeded" or run.commit is None:
         return []
@@ -85,7 +89,8 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
             sequence, sha = at[run_id]
             point = (sequence, float(median), run_id, sha, card or "")
             series.setdefault(case_id, []).append(point)
-    found: list[Regression] = []
+    found: list[RegressionEvidence] = []
+    runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(list(at))))}
     for case_id, points in series.items():
         points.sort()  # oldest first
         # as if every point had been measured on one card (jobs/judging/cards.py)
@@ -95,24 +100,30 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
                 continue
             _, _, at_run, sha, _ = points[cp.index]
             exists = session.scalar(
-                select(Regression.id).where(
-                    Regression.run_id == at_run, Regression.case_id == case_id
-                )
+                select(RegressionEvidence.id)
+                .join(Regression, Regression.id == RegressionEvidence.regression_id)
+                .where(RegressionEvidence.run_id == at_run, Regression.case_id == case_id)
             )
             if exists is not None:
                 continue  # already flagged there (pairwise or by an earlier scan)
-            reg = Regression(
-                run_id=at_run,
-                case_id=case_id,
-                kind=CHANGEPOINT,
-                ratio=1 + cp.magnitude,
-                p_value=cp.p_value,
-                detail=(
-                    f"history: level {cp.magnitude * 100:+.1f} % from {sha[:12]} on "
-                    f"(change point over {len(points)} commits, p={cp.p_value:.2g})"
+            before = points[cp.index - 1][3] if cp.index > 0 else None
+            evidence = problems.record(
+                session,
+                problems.Finding(
+                    run=runs[at_run],
+                    case_id=case_id,
+                    kind=CHANGEPOINT,
+                    good_sha=before,
+                    ratio=1 + cp.magnitude,
+                    p_value=cp.p_value,
+                    detail=(
+                        f"history: level {cp.magnitude * 100:+.1f} % from {sha[:12]} on "
+                        f"(change point over {len(points)} commits, p={cp.p_value:.2g})"
+                    ),
+                    source=problems.HISTORY,
                 ),
             )
-            session.add(reg)
-            found.append(reg)
+            if evidence is not None:
+                found.append(evidence)
     session.flush()
     return found
