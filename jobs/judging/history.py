@@ -96,7 +96,7 @@ def scan_run(
         # as if every point had been measured on one card (jobs/judging/cards.py)
         levelled = level_cards([p[1] for p in points], [p[4] for p in points])
         for cp in detect(levelled, lower_is_better=True, min_effect=min_effect):
-            if cp.direction != CaseVerdict.REGRESSION.value:
+            if cp.direction != CaseVerdict.REGRESSION:
                 continue
             _, _, at_run, sha, _ = points[cp.index]
             exists = session.scalar(
