@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.models import Commit, Regression, RegressionEvidence, Result, Run
 from kernelwatch.jobs.judging import problems
 from kernelwatch.jobs.judging.cards import level_cards
+from kernelwatch.jobs.judging.compose import Measured, authority, pick
 from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
@@ -63,12 +64,14 @@ def scan_run(
         .order_by(Commit.sequence.desc(), Run.id.desc())
         .limit(4 * WINDOW)
     ).all()
-    at: dict[int, tuple[int, str]] = {}  # run id -> (sequence, sha), newest run per commit
+    at: dict[int, tuple[int, str]] = {}  # run id -> (sequence, sha) of the WINDOW commits
     seen: set[int] = set()
     for run_id, sequence, sha in recent:
-        if sequence is not None and sequence not in seen and len(at) < WINDOW:
-            seen.add(sequence)
-            at[run_id] = (sequence, sha)
+        if sequence is None or (sequence not in seen and len(seen) >= WINDOW):
+            continue
+        seen.add(sequence)
+        at[run_id] = (sequence, sha)
+    runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(list(at))))}
     rows = session.execute(
         select(
             Result.case_id,
@@ -83,14 +86,18 @@ def scan_run(
             Result.median_s.is_not(None),
         )
     ).all()
+    # one point per (case, commit): its composed answer's run (compose.py), as Trends draw it
+    chosen = pick(
+        Measured((case_id, at[run_id][0]), authority(runs[run_id]), run_id, True, (median, card))
+        for case_id, median, run_id, card in rows
+        if median is not None
+    )
     series: dict[str, list[tuple[int, float, int, str, str]]] = {}
-    for case_id, median, run_id, card in rows:
-        if median is not None:
-            sequence, sha = at[run_id]
-            point = (sequence, float(median), run_id, sha, card or "")
-            series.setdefault(case_id, []).append(point)
+    for (case_id, sequence), m in chosen.items():
+        median, card = m.item
+        point = (sequence, float(median), m.run_id, at[m.run_id][1], card or "")
+        series.setdefault(case_id, []).append(point)
     found: list[RegressionEvidence] = []
-    runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(list(at))))}
     for case_id, points in series.items():
         points.sort()  # oldest first
         # as if every point had been measured on one card (jobs/judging/cards.py)
