@@ -115,10 +115,11 @@ class RunOptions(_Frozen):
       requested: the revisions of a request that could not be planned.
       joined: requests that joined this run instead of planning another (``dedup.join``).
       imported_from, records: the file and record count of ``kernelwatch import``.
-      gate: a manual run asked (``run --gate``) to decide its commit's gate result; a
-        manual run without it never overrides a push or PR run's (``runs_of_commit``).
+      gate: a manual run asked (``run --gate``) to rank above other manual runs in its
+        commit's composed answer (push and PR runs still rank first:
+        ``jobs/judging/compose.py``).
       bisection_id: the run is a step of this bisection (``db/bisect.py``); such a run
-        never decides its commit's gate result (``runs_of_commit``).
+        never takes part in its commit's gate answer (``runs_of_commit``).
     What was decided at planning:
       config: the resolved configuration (``ConfigNote``: suites, kernels, module, the
         install recipe of each side, what a pull request's file could not loosen).
