@@ -235,12 +235,13 @@ def format_run(summary: dict[str, Any]) -> str:
     a = summary.get("commit_answer")
     if a:
         runs = ", ".join(str(i) for i in a["runs"])
-        part = "from this run" if a["runs"] == [summary["id"]] else f"from runs {runs}"
         if not a["this_run"]:
-            part += "; this run is not part of it"
+            part = f" (from runs {runs}; this run is not part of it)"
+        else:  # several runs: the description names them
+            part = "" if len(a["runs"]) > 1 else " (from this run)"
         lines.append(
             f"  the commit's answer on {summary['device_class']}: {a['state']}: "
-            f"{a['description']} ({part})"
+            f"{a['description']}{part}"
         )
     if summary["error"]:
         lines.append("  error:")
