@@ -89,7 +89,8 @@ class ClassVerdict:
     run_id: the run that speaks for the class (the most authoritative, newest run whose
     cases were used); runs: every run whose cases were used; in_flight: runs of the
     commit on this class still queued, running or waiting for their baseline (``gate
-    --wait`` waits for them; they do not reset a measured class to pending).
+    --wait`` waits for them; a re-run of the same kind does not reset a measured class
+    to pending, a run of higher authority does).
     """
 
     device_class: str
@@ -215,10 +216,13 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
     runs = sorted(runs, key=lambda r: r.id)
     done = [r for r in runs if _finished(r)]
     waiting = [r for r in runs if not _finished(r)]
-    if not done:
+    top = max((authority(r) for r in done), default=None)
+    if waiting and (top is None or max(authority(r) for r in waiting) > top):
+        # nothing measured yet, or a run of higher authority is measuring (a push run after
+        # manual ones): its answer is the one to wait for
         best = max(waiting, key=lambda r: (authority(r), r.id))
         return _pending(best, waiting)
-    top = max(authority(r) for r in done)
+    assert top is not None
     newest_top = max((r for r in done if authority(r) == top), key=lambda r: r.id)
     judged = {r.id: r for r in done if r.status == "succeeded"}
     rows = (
