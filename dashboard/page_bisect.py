@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav, queries
+from kernelwatch.jobs.judging.verdicts import verdict_label
 from kernelwatch.kernels.casepattern import case_names, matches
 from kernelwatch.kernels.verdict import CaseVerdict
 
@@ -135,7 +136,8 @@ def _summary(row: pd.Series) -> None:
     if row["case_pattern"]:
         line += f", cases `{row['case_pattern']}`"
     if isinstance(culprit, str):
-        line += f". Culprit **{row['culprit_verdict']}**"
+        word = verdict_label(str(row["device_class"]), str(row["culprit_verdict"]))
+        line += f". Culprit **{word}**"
         if pd.notna(lo) and pd.notna(hi):
             line += f", interval {lo:.3f}–{hi:.3f} against its parent"
     st.markdown(line)

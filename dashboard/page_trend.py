@@ -19,7 +19,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav
 from kernelwatch.jobs.judging.history import CHANGEPOINT
-from kernelwatch.kernels.verdict import CaseVerdict
+from kernelwatch.kernels.verdict import CPU_CLASS, PLUMBING_ONLY, CaseVerdict
 
 MAX_SERIES = 12
 ANY = "(all)"
@@ -140,6 +140,11 @@ def render(url: str) -> None:
                 f"{row.magnitude * 100:+.1f} % ({row.label})"
                 for row in changes.itertuples()
             )
+        )
+    if device == CPU_CLASS:
+        st.caption(
+            f"CPU timings: {PLUMBING_ONLY}. A loaded machine moves them by whole factors; "
+            "their flags never block a merge (KW_CPU_TIMING_GATES)."
         )
     st.caption(
         "Band: confidence interval of the median. ◆ red: regression flagged at "
