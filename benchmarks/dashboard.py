@@ -29,6 +29,7 @@ from sqlalchemy import Engine, func, select
 from kernelwatch.dashboard import compare_stats, queries
 from kernelwatch.db.models import Regression, Result, Run
 from kernelwatch.db.session import make_engine
+from kernelwatch.kernels.verdict import CaseVerdict
 
 APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
 QUERY_TARGET_S = 1.0
@@ -47,7 +48,7 @@ def pick(engine: Engine) -> dict[str, Any]:
         reg = conn.execute(
             select(Regression.id, Regression.case_id)
             .join(Run, Regression.run_id == Run.id)
-            .where(Run.repository_id == repo, Regression.kind == "regression")
+            .where(Run.repository_id == repo, Regression.kind == CaseVerdict.REGRESSION)
             .order_by(Regression.id.desc())
             .limit(1)
         ).first()

@@ -37,7 +37,7 @@ from kernelwatch.kernels import spin
 from kernelwatch.kernels.paired import PairedConfig, Side, compare
 from kernelwatch.kernels.telemetry import Telemetry
 from kernelwatch.kernels.timing import TimerConfig, measure
-from kernelwatch.kernels.verdict import MIN_EFFECT
+from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
 CV_KERNELS: dict[str, tuple[Any, dict[str, Any]]] = {
     "bf16 GEMM 8192^3": (benchcases.gemm, {"m": 8192, "n": 8192, "k": 8192}),
@@ -290,8 +290,9 @@ def part_paired(
             for cond, log in trial_log.items():
                 if not log:  # the deadline came first
                     continue
-                flagged = sum(r["verdict"] == "regression" for r in log)
-                any_alarm = sum(r["verdict"] in ("regression", "improvement") for r in log)
+                flagged = sum(r["verdict"] == CaseVerdict.REGRESSION for r in log)
+                alarms = (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT)
+                any_alarm = sum(r["verdict"] in alarms for r in log)
                 rows.append(
                     {
                         "kernel": name,
@@ -310,7 +311,12 @@ def part_paired(
                         "mean_groups": statistics.mean(r["groups"] for r in log),
                         "verdicts": {
                             v: sum(r["verdict"] == v for r in log)
-                            for v in ("regression", "improvement", "unchanged", "inconclusive")
+                            for v in (
+                                CaseVerdict.REGRESSION,
+                                CaseVerdict.IMPROVEMENT,
+                                CaseVerdict.UNCHANGED,
+                                CaseVerdict.INCONCLUSIVE,
+                            )  # fmt: skip
                         },
                         "calibration": {k: v for k, v in cal.items() if k != "extra"},
                         "extra": conds[cond],

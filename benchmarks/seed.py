@@ -33,6 +33,7 @@ from sqlalchemy.engine import make_url
 
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.kernels.record import case_id
+from kernelwatch.kernels.verdict import CaseVerdict, case_verdict
 
 REPOS = (
     "flash-attention",
@@ -445,7 +446,7 @@ def _results(
                                 run_id,
                                 prev_run,
                                 spec.id,
-                                "broken",
+                                CaseVerdict.BROKEN.value,
                                 None,
                                 None,
                                 None,
@@ -472,7 +473,7 @@ def _results(
                         error,
                         "",
                         record,
-                        "broken",
+                        CaseVerdict.BROKEN.value,
                         None,
                         None,
                         None,
@@ -487,14 +488,16 @@ def _results(
                 if base is not None:
                     ratio = median / base
                     rlo, rhi = ratio * 0.99, ratio * 1.01
-                    if rlo > 1.05 and reliable:
-                        verdict, p = "regression", 1e-6
+                    # the service's one rule at a 5 % minimum effect (kernels/verdict.py)
+                    verdict = case_verdict(ratio, rlo, rhi, 0.05, reliable=reliable).value
+                    if verdict == CaseVerdict.REGRESSION:
+                        p = 1e-6
                         regs.append(
                             (
                                 run_id,
                                 prev_run,
                                 spec.id,
-                                "regression",
+                                CaseVerdict.REGRESSION.value,
                                 ratio,
                                 rlo,
                                 rhi,
@@ -504,12 +507,6 @@ def _results(
                                 finished,
                             )
                         )
-                    elif rhi < 1 / 1.05:
-                        verdict = "improvement"
-                    elif not reliable:
-                        verdict = "inconclusive"
-                    else:
-                        verdict = "unchanged"
                 if reliable:
                     prev_median[spec.id] = median
                 tflops, gbps = spec.flops / median / 1e12, spec.bytes / median / 1e9

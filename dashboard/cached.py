@@ -80,6 +80,11 @@ def selftests(url: str) -> pd.DataFrame | None:
 
 
 @st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def commit_answer(url: str, run_id: int) -> dict[str, Any] | None:
+    return queries.commit_answer(engine(url), run_id)
+
+
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
 def run_detail(url: str, run_id: int) -> dict[str, Any] | None:
     return queries.run_detail(engine(url), run_id)
 

@@ -138,6 +138,8 @@ def trend_frame(df: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, str]:
         lambda t: t.strftime("%Y-%m-%d %H:%M") if pd.notna(t) else ""
     )
     out["version"] = out["sha"].map(version_of)
+    if "source" not in out:  # which run a point came from (queries.trend composes it)
+        out["source"] = ""
     return out, unit
 
 
@@ -177,6 +179,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
             "verdict",
             "run_id",
             "started by",
+            "source",
             "error",
             "version",
         ]
@@ -217,6 +220,7 @@ def trend_chart(df: pd.DataFrame, metric: str, changes: pd.DataFrame | None = No
         alt.Tooltip("verdict:N"),
         alt.Tooltip("run_id:Q", title="run"),
         alt.Tooltip("started by:N", title="trigger"),
+        alt.Tooltip("source:N", title="from"),
     ]
     base = alt.Chart(data).encode(x=x)
     band = base.mark_area(opacity=0.18).encode(

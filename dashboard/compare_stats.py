@@ -27,7 +27,11 @@ import numpy as np
 import pandas as pd
 
 from kernelwatch.jobs.judging.bootstrap import bootstrap_many, bootstrap_ratio
-from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict, case_verdict
+from kernelwatch.kernels.verdict import MIN_EFFECT, judge_case
+
+# What a case present in one run only is called (not verdicts: there is no comparison).
+MISSING_IN_B = "missing in B"
+NEW_IN_B = "new in B"
 
 
 def verdict(
@@ -40,22 +44,16 @@ def verdict(
     *,
     reliable: bool = True,
 ) -> str:
-    """Case verdict: the rule's on the ratio interval, plus ``missing in B`` / ``new in B``.
-
-    A side that did not pass has no time to compare: broken or error when it is B,
-    inconclusive when only A failed (as the analysis skips a failed baseline).
+    """Case verdict: the service's one judgement (``verdict.judge_case``) of the two runs'
+    statuses and the ratio interval, or why there is none (``missing in B``, ``new in B``,
+    and the judgement's own words for a baseline without a time).
     """
     if status_b is None:
-        return "missing in B"
+        return MISSING_IN_B
     if status_a is None:
-        return "new in B"
-    if status_b == "fail":
-        return CaseVerdict.BROKEN
-    if status_b == "error":
-        return CaseVerdict.ERROR
-    if status_a in ("error", "fail", "skip") or status_b == "skip":
-        return CaseVerdict.INCONCLUSIVE
-    return case_verdict(ratio, low, high, threshold, reliable=reliable)
+        return NEW_IN_B
+    judged = judge_case(status_b, status_a, ratio, low, high, threshold, reliable=reliable)
+    return str(judged.verdict) if judged.verdict is not None else judged.detail
 
 
 def _samples(value: Any) -> list[float]:

@@ -8,6 +8,7 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from kernelwatch.kernels import units
+from kernelwatch.kernels.verdict import CaseVerdict
 
 
 def is_num(v: Any) -> TypeGuard[float]:
@@ -102,10 +103,10 @@ def params(p: Any) -> str:
 
 # Row colours of moved cases (runs, regressions, compare): red slower or wrong, green faster.
 ROW_COLORS = {
-    "regression": "background-color: rgba(255, 75, 75, 0.18)",
-    "broken": "background-color: rgba(255, 75, 75, 0.18)",
-    "less_accurate": "background-color: rgba(255, 165, 0, 0.18)",
-    "improvement": "background-color: rgba(33, 195, 84, 0.15)",
+    CaseVerdict.REGRESSION.value: "background-color: rgba(255, 75, 75, 0.18)",
+    CaseVerdict.BROKEN.value: "background-color: rgba(255, 75, 75, 0.18)",
+    CaseVerdict.LESS_ACCURATE.value: "background-color: rgba(255, 165, 0, 0.18)",
+    CaseVerdict.IMPROVEMENT.value: "background-color: rgba(33, 195, 84, 0.15)",
 }
 
 

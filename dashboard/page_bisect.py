@@ -17,7 +17,9 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, fmt, nav, queries
+from kernelwatch.jobs.judging.verdicts import verdict_label
 from kernelwatch.kernels.casepattern import case_names, matches
+from kernelwatch.kernels.verdict import CaseVerdict
 
 
 def render(url: str) -> None:
@@ -150,7 +152,7 @@ def range_points(cases: pd.DataFrame, commits: list[str], row: pd.Series) -> pd.
                 "ratio": float(c["ratio"]),
                 "low": c["ratio_ci_low"],
                 "high": c["ratio_ci_high"],
-                "verdict": c["verdict"] or "unchanged",
+                "verdict": c["verdict"] or CaseVerdict.UNCHANGED.value,
             }
         )
     return pd.DataFrame(kept, columns=[*columns, "verdict"])
@@ -192,7 +194,8 @@ def _summary(row: pd.Series) -> None:
     if row["case_pattern"]:
         line += f", cases `{row['case_pattern']}`"
     if isinstance(culprit, str):
-        line += f". Culprit **{row['culprit_verdict']}**"
+        word = verdict_label(str(row["device_class"]), str(row["culprit_verdict"]))
+        line += f". Culprit **{word}**"
         if pd.notna(lo) and pd.notna(hi):
             line += f", interval {lo:.3f}–{hi:.3f} against its parent"
     st.markdown(line)

@@ -4,6 +4,11 @@
 ``&regression=7`` opens one with its suspect commit range, deep links, the
 commands that reproduce it, the bisections that name its culprit (or the command that
 starts one), its triage trail and (signed in) the triage form.
+
+A row is one problem (repository, GPU class, case, culprit range), never one per run:
+the runs that found it again (re-runs, bisection steps, confirmation re-measures, the
+history's change point) are its evidence, listed under it. A CPU timing row says
+"plumbing only" wherever it is listed: CPU times prove the plumbing, not a slowdown.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import streamlit as st
 from kernelwatch.dashboard import auth, cached, fmt, nav, queries
 from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.triage import ACTIVE_STATES, TRIAGE_ACTIONS
+from kernelwatch.jobs.judging.history import CHANGEPOINT
+from kernelwatch.kernels.verdict import PLUMBING_ONLY, CaseVerdict
 
 STATES = ("open", "acknowledged", "expected", "false_positive", "fixed")
 
@@ -50,8 +57,9 @@ def render(url: str) -> None:
         st.success("No regressions in these states.")
         return
     st.caption(
-        f"{len(df)} regression(s), newest first. Magnitude is the slowdown of the "
-        "candidate against its baseline with the confidence interval."
+        f"{len(df)} problem(s), newest first, one row each however many runs found it "
+        "(evidence). Magnitude is the slowdown of the candidate against its baseline with "
+        "the confidence interval; CPU timings are plumbing only."
     )
     st.dataframe(
         fmt.highlight(regression_table(df), "kind"),
@@ -94,8 +102,9 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
                 for i, s in zip(df["id"], df["state"], strict=True)
             ],
             "flagged": df["created"],
-            "kind": df["kind"],
+            "kind": [kind_label(r) for r in records],
             "magnitude": [magnitude(r) for r in records],
+            "evidence": df.get("evidence", 1),
             "kernel": df["kernel"],
             "case": df["label"],
             "suspect range": [suspect_range(r) for r in records],
@@ -109,10 +118,16 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def kind_label(r: dict[str, Any]) -> str:
+    """The row's kind, with ``(CPU: plumbing only)`` for a CPU timing."""
+    kind = str(r["kind"])
+    return f"{kind} (CPU: {PLUMBING_ONLY})" if r.get("plumbing_only") else kind
+
+
 def magnitude(r: dict[str, Any]) -> str:
-    if r["kind"] == "broken":
+    if r["kind"] == CaseVerdict.BROKEN:
         return f"broken: {fmt.first_line(r['detail'], 80) or 'correctness failed'}"
-    if r["kind"] == "changepoint":  # from the history detector: no pairwise interval
+    if r["kind"] == CHANGEPOINT:  # from the history detector: no pairwise interval
         return fmt.first_line(r["detail"], 80)
     return fmt.ratio(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"])
 
@@ -147,8 +162,10 @@ def measured_impl(r: dict[str, Any]) -> str:
 
 
 def repro_commands(r: dict[str, Any]) -> str:
-    """Commands that measure exactly the flagged case: commit, baseline, suite, module,
-    kernel, build profile and (when it was) paired."""
+    """A command that measures exactly the flagged case on both sides: the culprit commit
+    against the good one, interleaved in one run (``--paired``: both sides built and
+    measured, so it never depends on which earlier run of the baseline measured what),
+    with the suite, module, case and build profile of the run that found it."""
     options = RunOptions.from_stored(r.get("run_options") or {})
     impl = measured_impl(r)
     run = ["kernelwatch", "run", str(r["source"])]
@@ -156,26 +173,19 @@ def repro_commands(r: dict[str, Any]) -> str:
         run += ["--commit", str(r["sha"])]
     if r["baseline_sha"]:
         run += ["--baseline", str(r["baseline_sha"])]
-    run += ["--suite", str(r["suite"]), "--impl", impl, "--kernel", str(r["kernel"])]
+    run += ["--suite", str(r["suite"]), "--impl", impl]
+    run += ["--kernel", str(r["kernel"]), "--case", str(r["case_id"])]
     if options.profile:
         run += ["--profile", options.profile]
-    if options.paired:
+    if r["baseline_sha"]:
         run += ["--paired"]
     run += ["--device-class", str(r["device_class"]), "--wait"]
-    bench = [
-        "kernelwatch",
-        "bench",
-        "--suite",
-        str(r["suite"]),
-        "--kernel",
-        str(r["kernel"]),
-        "--out",
-        "results.jsonl",
-        "--impl",
-        impl,
-    ]
+    bench = ["kernelwatch", "bench", "--suite", str(r["suite"]), "--kernel", str(r["kernel"])]
+    bench += ["--case", str(r["case_id"]), "--out", "results.jsonl", "--impl", impl]
     return (
-        "# measure the suspect commit against its baseline (queued on a worker)\n"
+        "# measure the case at the suspect commit against the good one, both sides in one\n"
+        "# run on a worker (its answer joins the commit's as a manual run; add --gate to rank\n"
+        "# it above other manual runs)\n"
         f"{shlex.join(run)}\n"
         "# or, in a checkout of the suspect commit with the library installed\n"
         f"{shlex.join(bench)}"
@@ -184,8 +194,13 @@ def repro_commands(r: dict[str, Any]) -> str:
 
 def detail(url: str, r: dict[str, Any]) -> None:
     st.subheader(f"#{r['id']} {r['kernel']} · {r['label']}")
+    if r.get("plumbing_only"):
+        st.warning(
+            f"CPU timing: {PLUMBING_ONLY}. A loaded machine moves CPU times by whole factors; "
+            "this row never blocks a merge (KW_CPU_TIMING_GATES)."
+        )
     st.markdown(
-        f"**{r['kind']}** in **{r['repository']}** on **{r['device_class']}** · "
+        f"**{kind_label(r)}** in **{r['repository']}** on **{r['device_class']}** · "
         f"{magnitude(r)}"
         + (f" · p = {r['p_value']:.2g}" if fmt.is_num(r["p_value"]) else "")
         + f" · state **{r['state']}**"
@@ -201,10 +216,44 @@ def detail(url: str, r: dict[str, Any]) -> None:
     if cmp:
         links.insert(1, f"[compare with baseline]({cmp})")
     st.markdown(" · ".join(links))
+    evidence_panel(url, r)
     st.markdown("**Reproduce**")
     st.code(repro_commands(r), language="bash", wrap_lines=True)
     bisection_panel(url, r)
     triage_panel(url, r)
+
+
+def evidence_panel(url: str, r: dict[str, Any]) -> None:
+    """The runs that found this problem: the first, re-runs, bisection steps, re-measures."""
+    rows = queries.regression_evidence(cached.engine(url), int(r["id"]))
+    st.markdown(f"**Evidence** ({len(rows)} run{'s' if len(rows) != 1 else ''})")
+    if rows.empty:
+        return
+    table = pd.DataFrame(
+        {
+            "run": [nav.link("run", run=int(i)) for i in rows["run_id"]],
+            "found": rows["kind"],
+            "by": [
+                f"{src} ({trig})" for src, trig in zip(rows["source"], rows["trigger"], strict=True)
+            ],
+            "range": [
+                f"{fmt.short_sha(g) or '?'}..{fmt.short_sha(b) or '?'}"
+                for g, b in zip(rows["good_sha"], rows["bad_sha"], strict=True)
+            ],
+            "magnitude": [
+                fmt.ratio(x, lo, hi)
+                for x, lo, hi in zip(
+                    rows["ratio"], rows["ratio_ci_low"], rows["ratio_ci_high"], strict=True
+                )
+            ],
+            "detail": rows["detail"].map(lambda d: fmt.first_line(d, 100)),
+        }
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={"run": st.column_config.LinkColumn("run", display_text=r"run=(\d+)")},
+    )
 
 
 def bisection_panel(url: str, r: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ import streamlit as st
 from kernelwatch.dashboard import cached, fmt, nav
 from kernelwatch.db.models import RUN_STATES
 from kernelwatch.db.run_options import RunOptions
+from kernelwatch.kernels.verdict import CaseVerdict
 
 LOG_TAIL_CHARS = 20_000
 TELEMETRY_FIELDS = (
@@ -167,6 +168,9 @@ def render_run(url: str, run_id: int) -> None:
                 f"({nav.link('compare', a=int(run['baseline_run_id']), b=run_id)})"
             )
     st.markdown(" · ".join(facts))
+    answer = cached.commit_answer(url, run_id)
+    if answer is not None:
+        st.caption(commit_answer_line(answer, run_id, str(run["device_class"])))
     if run["error"]:
         show_error(run["error"])
     if run["device_class"] == "cpu":
@@ -222,13 +226,30 @@ def badge(word: str) -> str:
     return f":{BADGE_COLORS.get(word, 'gray')}-badge[{word}]"
 
 
+def commit_answer_line(answer: dict[str, Any], run_id: int, device_class: str) -> str:
+    """What the commit's composed answer on this class is, and whether this run is in it."""
+    runs = [int(i) for i in answer["runs"]]
+    source = (
+        "from this run"
+        if runs == [run_id]
+        else "from runs "
+        + ", ".join(f"#{i}" for i in runs)
+        + ("" if run_id in runs else " (not this one)")
+    )
+    return (
+        f"The commit's answer on {device_class}: **{answer['state']}**: "
+        f"{answer['description']} — {source}. A commit's answer is composed per case from "
+        "its most authoritative runs (gate runs, then manual --gate, then manual)."
+    )
+
+
 def cases_tab(results: pd.DataFrame, run: dict[str, Any]) -> None:
     if results.empty:
         st.info("This run stored no results.")
         return
     verdicts = results["verdict"].fillna(results["status"]).value_counts()
     st.markdown(" · ".join(f"**{n}** {v}" for v, n in verdicts.items()))
-    broken = results[(results["status"] == "fail") | (results["verdict"] == "broken")]
+    broken = results[(results["status"] == "fail") | (results["verdict"] == CaseVerdict.BROKEN)]
     if len(broken):
         st.error(
             "Broken: "

@@ -2,7 +2,9 @@
 
 ``?page=trend&repo=1&device=h100&case=<id>&metric=time`` opens one series; param
 filters (``p_seq=4096``) select a slice when no single case is named. Points are
-in first-parent commit order; the band is the median's confidence interval;
+in first-parent commit order, one per commit: its composed answer (the most
+authoritative run that measured the case, ``jobs/judging/compose.py``), with that run
+named on hover and in the points table; the band is the median's confidence interval;
 regressions, broken cases and throttled measurements are marked. The change points
 drawn are the ones the service recorded (``jobs/judging/history.py``, at the
 gate's minimum effect), never recomputed here: the chart shows what was flagged.
@@ -17,7 +19,7 @@ import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, nav, queries
 from kernelwatch.jobs.judging.history import CHANGEPOINT
-from kernelwatch.kernels.verdict import CaseVerdict
+from kernelwatch.kernels.verdict import CPU_CLASS, PLUMBING_ONLY, CaseVerdict
 
 MAX_SERIES = 12
 ANY = "(all)"
@@ -141,6 +143,11 @@ def render(url: str) -> None:
                 for row in changes.itertuples()
             )
         )
+    if device == CPU_CLASS:
+        st.caption(
+            f"CPU timings: {PLUMBING_ONLY}. A loaded machine moves them by whole factors; "
+            "their flags never block a merge (KW_CPU_TIMING_GATES)."
+        )
     st.caption(
         "Band: confidence interval of the median. ◆ red: regression flagged at "
         "that commit · + black: broken (correctness failed or error), drawn at the last "
@@ -235,6 +242,7 @@ def _points_table(data: pd.DataFrame, metric: str, repo: int) -> None:
                 "point": frame["marker"],
                 "verdict": frame["verdict"].fillna(""),
                 "run": [nav.link("run", run=int(r)) for r in frame["run_id"]],
+                "from": frame["source"],
             }
         )
         st.dataframe(

@@ -15,15 +15,28 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, Executable, func, inspect, select
+from sqlalchemy import Engine, Executable, func, inspect, select, type_coerce
 from sqlalchemy import case as sql_case
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import Session, aliased
 
 from kernelwatch.db.bisect import Bisection, BisectionStep
 from kernelwatch.db.fleet import WorkerHeartbeat
-from kernelwatch.db.models import Case, Commit, Regression, Repository, Result, Run
+from kernelwatch.db.models import (
+    Case,
+    Commit,
+    Regression,
+    RegressionEvidence,
+    Repository,
+    Result,
+    Run,
+)
 from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.triage import TriageEvent
+from kernelwatch.db.types import JSONType
+from kernelwatch.jobs.judging.compose import Authority, authority_of
+from kernelwatch.jobs.judging.history import CHANGEPOINT
+from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
+from kernelwatch.kernels.verdict import CaseVerdict
 
 # Run list and selectors show at most this many runs; older ones are reached by id.
 RUN_LIMIT = 200
@@ -128,7 +141,8 @@ def resolve_run(engine: Engine, ref: str, device_class: str | None = None) -> in
     """A run id from ``ref``: a run id, or a commit sha (prefix) → a run of that commit.
 
     Of a commit's runs, a succeeded one on ``device_class`` is preferred, then any
-    succeeded one, then the newest.
+    succeeded one; a bisection step (which measured only what its search follows) only
+    when nothing else measured the commit; then the newest.
     """
     ref = ref.strip()
     if not ref:
@@ -139,7 +153,12 @@ def resolve_run(engine: Engine, ref: str, device_class: str | None = None) -> in
             if found is not None:
                 return int(found)
         if len(ref) >= 4 and all(c in "0123456789abcdefABCDEF" for c in ref):
-            order: list[Any] = [sql_case((Run.status == "succeeded", 0), else_=1)]
+            step = type_coerce(Run.options, JSONType)["bisection_id"].as_integer()
+            # a bisection step measured only what its search follows: any other run first
+            order: list[Any] = [
+                sql_case((Run.status == "succeeded", 0), else_=1),
+                sql_case((step.is_(None), 0), else_=1),
+            ]
             if device_class:
                 order.insert(0, sql_case((Run.device_class == device_class, 0), else_=1))
             q = (
@@ -219,21 +238,34 @@ def runs(
 
 
 # Case verdicts a run list names ("softmax regression"): what someone opens the run for.
-LISTED_MOVES = ("regression", "less_accurate", "broken", "improvement")
+LISTED_MOVES = tuple(
+    v.value
+    for v in (
+        CaseVerdict.REGRESSION,
+        CaseVerdict.LESS_ACCURATE,
+        CaseVerdict.BROKEN,
+        CaseVerdict.IMPROVEMENT,
+    )
+)
 
 
 def _moved_kernels(engine: Engine, run_ids: list[int]) -> list[str]:
-    """Per run (in ``run_ids`` order), the kernels that moved and how: ``softmax regression``."""
+    """Per run (in ``run_ids`` order), the kernels that moved and how: ``softmax regression``
+    (``rmsnorm slower on CPU (plumbing only)`` for a CPU timing)."""
     q = (
-        select(Result.run_id, Case.kernel, Result.verdict)
+        select(Result.run_id, Case.kernel, Result.verdict, Run.device_class)
         .join(Case, Result.case_id == Case.id)
+        .join(Run, Run.id == Result.run_id)
         .where(Result.run_id.in_(run_ids), Result.verdict.in_(LISTED_MOVES))
         .distinct()
     )
     moved: dict[int, list[str]] = {}
     with engine.connect() as conn:
-        for run_id, kernel, verdict in sorted(conn.execute(q).all(), key=lambda r: (r[0], r[1])):
-            moved.setdefault(run_id, []).append(f"{kernel} {verdict}")
+        rows = sorted(conn.execute(q).all(), key=lambda r: (r[0], r[1]))
+        for run_id, kernel, verdict, device_class in rows:
+            moved.setdefault(run_id, []).append(
+                f"{kernel} {verdict_label(str(device_class), str(verdict))}"
+            )
     return [", ".join(moved.get(i, [])) for i in run_ids]
 
 
@@ -265,6 +297,23 @@ def triggers(engine: Engine) -> list[str]:
     """The triggers runs were started by (push, pull_request, nightly, release, ...)."""
     with engine.connect() as conn:
         return sorted(str(t) for t in conn.scalars(select(Run.trigger).distinct()))
+
+
+def commit_answer(engine: Engine, run_id: int) -> dict[str, Any] | None:
+    """The composed answer of a run's commit on its GPU class (``jobs/judging/verdicts.py``):
+    state, description, the runs its cases came from, those still measuring."""
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        answer = answer_for(session, run) if run is not None else None
+        if answer is None:
+            return None
+        return {
+            "state": answer.state,
+            "description": answer.description,
+            "run_id": answer.run_id,
+            "runs": list(answer.runs),
+            "in_flight": list(answer.in_flight),
+        }
 
 
 def run_counts(engine: Engine) -> pd.DataFrame:
@@ -364,12 +413,31 @@ def trend(
 ) -> pd.DataFrame:
     """Results of cases over a repository's commits on one device class, in commit order.
 
-    A commit measured more than once keeps its newest run. ``regression`` is the
-    kind of a Regression row flagged at that point (regression | broken | changepoint),
-    if any, and ``regression_ratio`` its ratio (a change point's new level / old).
+    A commit measured more than once is drawn from its composed answer
+    (``jobs/judging/compose.py``): the most authoritative run that measured the case
+    (push/PR gate run > manual ``--gate`` > manual run > bisection step), a compared
+    measurement before an uncompared one, the newest within a kind; ``run_id`` and
+    ``source`` say which run the point came from. ``regression`` is the kind of the
+    finding that run made of the case (regression | less_accurate | broken |
+    changepoint: evidence of a problem row), if any, and ``regression_ratio`` its ratio.
     """
     if not case_ids:
         return pd.DataFrame()
+    options = type_coerce(Run.options, JSONType)
+    # each run's findings, by case: the evidence rows of problems (jobs/judging/problems.py)
+    found = (
+        select(
+            RegressionEvidence.run_id,
+            Regression.case_id,
+            Regression.id.label("regression_id"),
+            RegressionEvidence.kind,
+            Regression.state,
+            RegressionEvidence.ratio,
+        )
+        .join(Regression, Regression.id == RegressionEvidence.regression_id)
+        .where(Regression.case_id.in_(list(case_ids)))
+        .subquery()
+    )
     q = (
         select(
             Result.run_id,
@@ -393,23 +461,23 @@ def trend(
             Result.reliable,
             Result.ratio,
             Result.error,
-            Regression.id.label("regression_id"),
-            Regression.kind.label("regression"),
-            Regression.state.label("regression_state"),
-            Regression.ratio.label("regression_ratio"),
             Run.trigger,
+            options["gate"].as_boolean().label("gate"),
+            options["bisection_id"].as_integer().label("bisection_id"),
+            found.c.regression_id,
+            found.c.kind.label("regression"),
+            found.c.state.label("regression_state"),
+            found.c.ratio.label("regression_ratio"),
         )
         .join(Run, Result.run_id == Run.id)
         .join(Commit, Run.commit_id == Commit.id)
         .join(Case, Result.case_id == Case.id)
-        .outerjoin(
-            Regression,
-            (Regression.run_id == Result.run_id) & (Regression.case_id == Result.case_id),
-        )
+        .outerjoin(found, (found.c.run_id == Result.run_id) & (found.c.case_id == Result.case_id))
         .where(
             Result.case_id.in_(list(case_ids)),
             Run.repository_id == repository_id,
             Run.device_class == device_class,
+            Run.status != "cancelled",
         )
         # ``sequence`` is the first-parent depth from git (db/store.py:upsert_commit):
         # commits of two branches may share one, so ties go by commit time.
@@ -418,8 +486,23 @@ def trend(
     df = _frame(engine, q)
     if df.empty:
         return df
-    df = df.drop_duplicates(subset=["case_id", "sha"], keep="last")
-    return df.reset_index(drop=True)
+    kinds = [
+        authority_of(str(t), gate=bool(g) if pd.notna(g) else False, bisection=pd.notna(b))
+        for t, g, b in zip(df["trigger"], df["gate"], df["bisection_id"], strict=True)
+    ]
+    df["authority"] = [int(k) for k in kinds]
+    df["source"] = [
+        f"{t} run" if k == Authority.GATE else k.label
+        for t, k in zip(df["trigger"], kinds, strict=True)
+    ]
+    df["judged"] = df["verdict"].notna()
+    df["valid"] = df["status"] != "skip"  # a skip is drawn only where nothing measured it
+    # one point per (case, commit): the run of the commit's composed answer
+    df = df.sort_values(
+        ["case_id", "sha", "valid", "authority", "judged", "run_id"], kind="stable"
+    ).drop_duplicates(subset=["case_id", "sha"], keep="last")
+    df = df.sort_values(["sequence", "committed_at", "run_id"], kind="stable")
+    return df.drop(columns=["gate", "bisection_id", "judged", "valid"]).reset_index(drop=True)
 
 
 def roofline(engine: Engine, run_id: int) -> pd.DataFrame:
@@ -462,9 +545,18 @@ def regressions(
     repository_id: int | None = None,
     limit: int = 500,
 ) -> pd.DataFrame:
-    """Regression rows, newest first, with case, commit range and repository."""
+    """Problem rows, newest first, with case, culprit range, repository and evidence count.
+
+    One row per problem (``jobs/judging/problems.py``): its range ``good..bad`` is where
+    every finding agrees the culprit lies; ``evidence`` is how many runs found it.
+    """
     base_run = aliased(Run)
     base_commit = aliased(Commit)
+    evidence = (
+        select(RegressionEvidence.regression_id, func.count().label("evidence"))
+        .group_by(RegressionEvidence.regression_id)
+        .subquery()
+    )
     q = (
         select(
             Regression.id,
@@ -487,13 +579,18 @@ def regressions(
             Run.repository_id,
             Repository.name.label("repository"),
             Repository.source.label("source"),
-            Run.device_class,
+            func.coalesce(Regression.device_class, Run.device_class).label("device_class"),
             Run.options.label("run_options"),
-            Commit.sha,
+            func.coalesce(Regression.bad_sha, Commit.sha).label("sha"),
             Commit.message,
-            Commit.sequence,
-            func.coalesce(base_commit.sha, Run.baseline_sha).label("baseline_sha"),
-            base_commit.sequence.label("baseline_sequence"),
+            func.coalesce(Regression.bad_sequence, Commit.sequence).label("sequence"),
+            func.coalesce(Regression.good_sha, base_commit.sha, Run.baseline_sha).label(
+                "baseline_sha"
+            ),
+            func.coalesce(Regression.good_sequence, base_commit.sequence).label(
+                "baseline_sequence"
+            ),
+            func.coalesce(evidence.c.evidence, 0).label("evidence"),
         )
         .join(Run, Regression.run_id == Run.id)
         .join(Repository, Run.repository_id == Repository.id)
@@ -504,6 +601,7 @@ def regressions(
             base_run.id == func.coalesce(Regression.baseline_run_id, Run.baseline_run_id),
         )
         .outerjoin(base_commit, base_run.commit_id == base_commit.id)
+        .outerjoin(evidence, evidence.c.regression_id == Regression.id)
         .order_by(Regression.created.desc(), Regression.id.desc())
         .limit(limit)
     )
@@ -511,6 +609,35 @@ def regressions(
         q = q.where(Regression.state.in_(list(states)))
     if repository_id is not None:
         q = q.where(Run.repository_id == repository_id)
+    df = _frame(engine, q)
+    df["plumbing_only"] = [
+        # a change point is a slowdown in the history: a timing, plumbing only on the CPU
+        plumbing_only(str(dc), CaseVerdict.REGRESSION if kind == CHANGEPOINT else str(kind))
+        for dc, kind in zip(df["device_class"], df["kind"], strict=True)
+    ]
+    return df
+
+
+def regression_evidence(engine: Engine, regression_id: int) -> pd.DataFrame:
+    """Every run that found one problem, oldest first: its kind, range, ratio and source."""
+    q = (
+        select(
+            RegressionEvidence.run_id,
+            RegressionEvidence.kind,
+            RegressionEvidence.source,
+            RegressionEvidence.good_sha,
+            RegressionEvidence.bad_sha,
+            RegressionEvidence.ratio,
+            RegressionEvidence.ratio_ci_low,
+            RegressionEvidence.ratio_ci_high,
+            RegressionEvidence.detail,
+            RegressionEvidence.created,
+            Run.trigger,
+        )
+        .join(Run, Run.id == RegressionEvidence.run_id)
+        .where(RegressionEvidence.regression_id == regression_id)
+        .order_by(RegressionEvidence.id)
+    )
     return _frame(engine, q)
 
 

@@ -2,9 +2,12 @@
 
 A *run* measures one commit (or released version) of one repository with some
 suites on one device class. Its *results* are one row per case, holding the full
-result record (raw samples included) plus the columns queries need. A
-*regression* row is a verdict worth a human's attention: a case that got slower
-with confidence, or broke.
+result record (raw samples included) plus the columns queries need, and the
+baseline result each was compared with. A *regression* row is one problem worth a
+human's attention (a case that got slower with confidence, lost accuracy or broke)
+in one repository, GPU class and culprit range; every run that saw it again (a
+re-run, a bisection step, a re-measure, the history's change point) is *evidence*
+attached to that one row (:class:`RegressionEvidence`), never a row of its own.
 """
 
 from __future__ import annotations
@@ -199,6 +202,12 @@ class Result(Base):
     ratio_ci_low: Mapped[float | None] = mapped_column(Float)
     ratio_ci_high: Mapped[float | None] = mapped_column(Float)
     p_value: Mapped[float | None] = mapped_column(Float)
+    # The result of the baseline commit this case was compared with (chosen per case,
+    # ``jobs/judging/baselines.py``); None for a paired case (both sides in this record)
+    # or a case with nothing to compare with.
+    baseline_result_id: Mapped[int | None] = mapped_column(
+        ForeignKey("results.id", ondelete="SET NULL")
+    )
     created: Mapped[datetime_now]
 
     run: Mapped[Run] = relationship(back_populates="results")
@@ -206,19 +215,29 @@ class Result(Base):
 
 
 class Regression(Base):
-    """A verdict worth attention: a case slower with confidence, or broken, at a commit."""
+    """One problem: a case of a repository that got slower, lost accuracy or broke on one
+    GPU class, somewhere in the culprit range ``good_sha..bad_sha``.
+
+    ``run_id`` is the run that first found it; every later finding of the same problem
+    (a re-run of the commit, a bisection step or confirmation inside the range, the
+    history's change point) attaches as :class:`RegressionEvidence` and narrows the range
+    to where all of them agree (``jobs/judging/problems.py``). ``on_history``: the range
+    lies on the branch's first-parent line (sequences comparable), not a pull request's.
+    ``kind``: regression | less_accurate | broken | changepoint (the worst seen).
+    """
 
     __tablename__ = "regressions"
     __table_args__ = (
         UniqueConstraint("run_id", "case_id"),
         Index("ix_regressions_state_created", "state", "created"),
+        Index("ix_regressions_problem", "repository_id", "device_class", "case_id"),
     )
 
     id: Mapped[int_pk]
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     baseline_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     case_id: Mapped[str] = mapped_column(ForeignKey("cases.id"))
-    kind: Mapped[str] = mapped_column(String(16))  # regression | broken
+    kind: Mapped[str] = mapped_column(String(16))  # regression | less_accurate | broken | ...
     ratio: Mapped[float | None] = mapped_column(Float)
     ratio_ci_low: Mapped[float | None] = mapped_column(Float)
     ratio_ci_high: Mapped[float | None] = mapped_column(Float)
@@ -226,9 +245,52 @@ class Regression(Base):
     detail: Mapped[long_text]
     state: Mapped[str] = mapped_column(String(16), default="open")
     created: Mapped[datetime_now]
+    # the problem's key: repository, GPU class, case and culprit range (migration 0007)
+    repository_id: Mapped[int | None] = mapped_column(
+        ForeignKey("repositories.id", ondelete="CASCADE")
+    )
+    device_class: Mapped[str | None] = mapped_column(String(32))
+    good_sha: Mapped[str | None] = mapped_column(String(64))
+    bad_sha: Mapped[str | None] = mapped_column(String(64))
+    good_sequence: Mapped[int | None] = mapped_column(Integer)
+    bad_sequence: Mapped[int | None] = mapped_column(Integer)
+    on_history: Mapped[bool] = mapped_column(Boolean, default=False)
 
     run: Mapped[Run] = relationship(foreign_keys=[run_id])
     case: Mapped[Case] = relationship()
+    evidence: Mapped[list[RegressionEvidence]] = relationship(
+        back_populates="regression",
+        cascade="all, delete-orphan",
+        order_by="RegressionEvidence.id",
+    )
+
+
+class RegressionEvidence(Base):
+    """One run's finding of a problem: its verdict, ratio and interval, and what kind of
+    run saw it (``source``: gate | manual | bisection | history)."""
+
+    __tablename__ = "regression_evidence"
+    __table_args__ = (
+        UniqueConstraint("regression_id", "run_id", "kind"),
+        Index("ix_regression_evidence_run", "run_id"),
+    )
+
+    id: Mapped[int_pk]
+    regression_id: Mapped[int] = mapped_column(ForeignKey("regressions.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(16), default="gate")
+    good_sha: Mapped[str | None] = mapped_column(String(64))
+    bad_sha: Mapped[str | None] = mapped_column(String(64))
+    ratio: Mapped[float | None] = mapped_column(Float)
+    ratio_ci_low: Mapped[float | None] = mapped_column(Float)
+    ratio_ci_high: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    detail: Mapped[long_text]
+    created: Mapped[datetime_now]
+
+    regression: Mapped[Regression] = relationship(back_populates="evidence")
+    run: Mapped[Run] = relationship()
 
 
 __all__ = [
@@ -237,6 +299,7 @@ __all__ = [
     "Commit",
     "CommitParent",
     "Regression",
+    "RegressionEvidence",
     "Repository",
     "Result",
     "Run",

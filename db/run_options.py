@@ -29,9 +29,19 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 log = logging.getLogger(__name__)
 
-# The options that change what a run measures: two requests that agree on these (and
-# on commit, suites, device class, baseline) are one measurement (jobs/planning/dedup.py).
-MEASUREMENT = ("bench_args", "case_timeout_s", "suites_explicit", "paired")
+# The options that change what a run measures or how it is judged: two requests that
+# agree on these (and on commit, suites, device class, baseline) are one measurement
+# (jobs/planning/dedup.py). Thresholds are among them: a pull request judged by its base
+# branch's rules must never join a run judged by another file's.
+MEASUREMENT = (
+    "bench_args",
+    "case_timeout_s",
+    "suites_explicit",
+    "paired",
+    "regression_threshold",
+    "confidence",
+    "thresholds",
+)
 
 
 class _Frozen(BaseModel):
@@ -47,12 +57,39 @@ class GithubOrigin(_Frozen):
 
 
 class ConfigNote(_Frozen):
-    """What the commit's ``.kernelwatch.toml`` said, noted by the worker for the run page."""
+    """The run's resolved configuration: what it measures and how it installs, decided once
+    by the planner (``jobs/planning/resolve.py``) from the ``.kernelwatch.toml`` of its
+    commit (and, for a pull request, of its baseline), and executed as it is by the
+    worker, which never reads the file again.
+
+    module, library: ``[library]`` (the module exposing the kernels, the series name).
+    suites: what is measured (``Run.suites`` is the same list).
+    kernels: ``[suites] kernels`` as ``--kernel`` selectors (None: every kernel), unless
+      the run picked its own kernels or cases.
+    recipe: the ``[install]`` recipe kind; install: the whole ``[install]`` table of the
+      commit; baseline_install: the baseline commit's, for a paired run that builds both.
+    served: the service-side file (``KW_REPO_CONFIGS``) that stood in for the commit's.
+    loosened: what a pull request's own file tried to loosen and was ignored (its
+      thresholds, suites and kernels come from the base branch's file; it may only
+      tighten them); the PR comment says so.
+    resolved: False for a note of a run planned before the planner resolved (its
+      worker resolves it once, from the same function).
+    """
 
     module: str | None = None
+    library: str | None = None
     suites: list[str] = Field(default_factory=list)
     kernels: list[str] | None = None  # [suites] kernels: None is every kernel of the suites
     recipe: str | None = None
+    install: dict[str, Any] | None = None
+    baseline_install: dict[str, Any] | None = None
+    served: str | None = None
+    loosened: list[str] = Field(default_factory=list)
+    resolved: bool = False
+
+
+# The name the planner uses: the note is the snapshot.
+ResolvedConfig = ConfigNote
 
 
 class RunOptions(_Frozen):
@@ -67,7 +104,7 @@ class RunOptions(_Frozen):
       impl: module exposing the kernels (released versions; default from the name).
       index_url, find_links: where released versions come from.
       profile: build profile of the recipe; None: the one the recipe maps the trigger to.
-    How it is judged (written by the worker from ``.kernelwatch.toml`` when unset):
+    How it is judged (filled by the planner from ``.kernelwatch.toml`` when unset):
       regression_threshold: minimum relative effect; None: the service default.
       confidence: confidence of the intervals; None: the service default.
       thresholds: per-suite and per-case thresholds (``repoconfig.Thresholds.to_options``).
@@ -78,12 +115,15 @@ class RunOptions(_Frozen):
       requested: the revisions of a request that could not be planned.
       joined: requests that joined this run instead of planning another (``dedup.join``).
       imported_from, records: the file and record count of ``kernelwatch import``.
-      gate: a manual run asked (``run --gate``) to decide its commit's gate result; a
-        manual run without it never overrides a push or PR run's (``runs_of_commit``).
+      gate: a manual run asked (``run --gate``) to rank above other manual runs in its
+        commit's composed answer (push and PR runs still rank first:
+        ``jobs/judging/compose.py``).
       bisection_id: the run is a step of this bisection (``db/bisect.py``); such a run
-        never decides its commit's gate result (``runs_of_commit``).
+        never takes part in its commit's gate answer (``runs_of_commit``).
+    What was decided at planning:
+      config: the resolved configuration (``ConfigNote``: suites, kernels, module, the
+        install recipe of each side, what a pull request's file could not loosen).
     What happened:
-      config: what the commit's ``.kernelwatch.toml`` said (module, suites, kernels, recipe).
       requeued_at, requeues: when and how often reconcile sent the run again (ISO time).
       runner_log_tail: the end of the suite runner's log.
     """
@@ -172,4 +212,11 @@ class RunOptionsType(TypeDecorator[RunOptions]):
         return RunOptions.from_stored(value)
 
 
-__all__ = ["MEASUREMENT", "ConfigNote", "GithubOrigin", "RunOptions", "RunOptionsType"]
+__all__ = [
+    "MEASUREMENT",
+    "ConfigNote",
+    "GithubOrigin",
+    "ResolvedConfig",
+    "RunOptions",
+    "RunOptionsType",
+]

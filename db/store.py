@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, CommitParent, Repository, Result, Run
@@ -173,6 +173,20 @@ def stored_case_ids(session: Session, run_id: int) -> set[str]:
     return set(session.scalars(select(Result.case_id).where(Result.run_id == run_id)))
 
 
+def runs_of(repository_id: int, sha: str, device_class: str) -> Select[Run]:
+    """The runs of commit ``sha`` on one device class, newest first (callers add filters)."""
+    return (
+        select(Run)
+        .join(Commit, Run.commit_id == Commit.id)
+        .where(
+            Run.repository_id == repository_id,
+            Commit.sha == sha,
+            Run.device_class == device_class,
+        )
+        .order_by(Run.id.desc())
+    )
+
+
 def latest_run_for(
     session: Session,
     repository_id: int,
@@ -182,17 +196,7 @@ def latest_run_for(
     exclude_id: int | None = None,
 ) -> Run | None:
     """The newest run of ``sha`` with the same device class and suites (any state)."""
-    q = (
-        select(Run)
-        .join(Commit, Run.commit_id == Commit.id)
-        .where(
-            Run.repository_id == repository_id,
-            Commit.sha == sha,
-            Run.device_class == device_class,
-            Run.status != "cancelled",
-        )
-        .order_by(Run.id.desc())
-    )
+    q = runs_of(repository_id, sha, device_class).where(Run.status != "cancelled")
     for run in session.scalars(q):
         if run.id != exclude_id and sorted(run.suites) == sorted(suites):
             return run

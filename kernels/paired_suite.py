@@ -100,10 +100,15 @@ from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite
 from kernelwatch.kernels.units import ratio_text, seconds_text
 from kernelwatch.kernels.verdict import (
     BLOCKING,
+    ERROR_STATUS,
+    FAIL_STATUS,
     ORDER,
+    PASS_STATUS,
+    SKIP_STATUS,
     CaseVerdict,
     decide,
     excluded_effect,
+    judge_case,
 )
 
 FACTORY = "kernelwatch.kernels.paired_suite:case"
@@ -748,23 +753,27 @@ def _role(side: str) -> str:
 
 
 def _side_failed(record: ResultRecord, paired: PairedSection, exc: SideError) -> dict[str, Any]:
-    """Turn a side's error reply into the case's outcome (see the module docstring)."""
+    """Turn a side's error reply into the case's outcome (see the module docstring); the
+    verdict is the one judgement's (``verdict.judge_case``) for those two statuses."""
     remote, role = exc.remote, _role(exc.side)
+    baseline = PASS_STATUS
     if remote.startswith("Unavailable"):
-        record.status = "skip"
+        record.status = SKIP_STATUS
         record.error = remote.split(":", 1)[-1].strip()
-        paired.verdict = None
     elif _broken(exc) and role == "B":
-        record.status = "fail"
+        record.status = FAIL_STATUS
         record.error = remote.split(":", 1)[-1].strip()
         record.correctness = correctness_of(exc.details)
-        paired.verdict = "broken"
     elif _broken(exc):
-        record.status = "pass"  # no timing: a fix is not a time comparison
+        record.status = PASS_STATUS  # no timing: a fix is not a time comparison
         paired.baseline_correctness = correctness_of(exc.details)
-        paired.verdict, paired.note = "unchanged", f"baseline was broken: {remote}"
+        baseline = FAIL_STATUS
+        paired.note = f"baseline was broken: {remote}"
     else:
+        record.status = ERROR_STATUS
         record.error = f"{'candidate' if role == 'B' else 'baseline'}: {remote}"
+    judged = judge_case(record.status, baseline)
+    paired.verdict = str(judged.verdict) if judged.verdict is not None else None
     return _as_dict(record, paired)
 
 

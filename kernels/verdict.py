@@ -67,7 +67,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeGuard
+from typing import Final, TypeGuard
 
 
 class CaseVerdict(StrEnum):
@@ -250,6 +250,233 @@ def run_verdict(
     return RunVerdict.PASS
 
 
+# --------------------------------------------------------------------------- one case, both sides
+#
+# The whole judgement of a case: what each side's status says first (a wrong candidate is
+# broken whatever its speed; a side that did not pass has no time), then the interval
+# rule at the case's threshold, with throttled measurements held back. The paired judge
+# (``kernels/paired_suite.py``), the run analysis (``jobs/judging/analysis.py``) and the
+# Compare page (``dashboard/compare_stats.py``) all call ``judge_case``, so a broken,
+# failed or missing baseline gets one answer everywhere:
+#
+# - baseline broken (its correctness check failed), candidate correct: ``unchanged``,
+#   no ratio, the note BASELINE_BROKEN. A fix is not a time comparison, and it must not
+#   hold a merge (inconclusive would make the run neutral).
+# - baseline errored or skipped, or never measured: no verdict (None) with a note: there
+#   is nothing to compare with (a kernel new at this commit, or a baseline that crashed).
+
+# Record statuses (``kernels/record.py``): what one side of a case ended as.
+PASS_STATUS: Final = "pass"
+FAIL_STATUS: Final = "fail"
+ERROR_STATUS: Final = "error"
+SKIP_STATUS: Final = "skip"
+
+# Why a case has no verdict, or what its verdict rests on, in words people read.
+NOTE_NEW = "no baseline measurement of this case: nothing to compare with"
+NOTE_BASELINE_BROKEN = "baseline was broken: a fix is not a time comparison"
+NOTE_BASELINE_UNMEASURED = "baseline has no time for this case ({status}): nothing to compare with"
+NOTE_SKIPPED = "skipped"
+NOTE_TOO_FEW = "too few samples to compare"
+NOTE_NO_PAIRED_VERDICT = "the paired record carries no verdict"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A case's verdict with what it rests on.
+
+    verdict: None when there is nothing to judge (skipped, new, a baseline without time).
+    ratio, low, high: the compared interval (None when no time was compared).
+    detail: one line for people (the rule's detail, or why there is no verdict).
+    """
+
+    verdict: CaseVerdict | None
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    detail: str = ""
+
+    @property
+    def blocking(self) -> bool:
+        return self.verdict in BLOCKING
+
+
+def judge_case(
+    candidate: str,
+    baseline: str | None,
+    ratio: float | None = None,
+    low: float | None = None,
+    high: float | None = None,
+    min_effect: float = MIN_EFFECT,
+    *,
+    reliable: bool = True,
+    paired: bool = False,
+    measured: CaseVerdict | str | None = None,
+    measured_at: float | None = None,
+) -> Judgement:
+    """THE verdict of one case from both sides' statuses, its interval and threshold.
+
+    ``candidate``/``baseline``: the sides' record statuses (``baseline`` None: never
+    measured). ``ratio``/``low``/``high``: candidate / baseline time with its interval.
+    ``paired``: the case was judged inside a paired measurement, whose verdict
+    ``measured`` (two stages, accuracy included) stands unless the case's threshold
+    differs from the one it was measured at (``measured_at``) or the measurement was
+    throttled: then the interval is judged again here. Throttled (``reliable`` false)
+    is never a regression or an improvement.
+    """
+    if candidate == FAIL_STATUS:
+        return Judgement(CaseVerdict.BROKEN, detail="correctness check failed")
+    if candidate == ERROR_STATUS:
+        return Judgement(CaseVerdict.ERROR, detail="the case raised or crashed")
+    if candidate != PASS_STATUS:
+        return Judgement(None, detail=NOTE_SKIPPED)
+    interval = _interval(ratio, low, high)
+    if paired:
+        if not is_verdict(measured):
+            return Judgement(CaseVerdict.ERROR, detail=NOTE_NO_PAIRED_VERDICT)
+        return _rejudged(CaseVerdict(measured), interval, min_effect, measured_at, reliable)
+    if baseline is None:
+        return Judgement(None, detail=NOTE_NEW)
+    if baseline == FAIL_STATUS:
+        return Judgement(CaseVerdict.UNCHANGED, detail=NOTE_BASELINE_BROKEN)
+    if baseline != PASS_STATUS:
+        return Judgement(None, detail=NOTE_BASELINE_UNMEASURED.format(status=baseline))
+    if interval is None:
+        return Judgement(None, ratio, low, high, NOTE_TOO_FEW)
+    r, lo, hi = interval
+    d = decide(r, lo, hi, min_effect, reliable=reliable)
+    return Judgement(d.verdict, r, lo, hi, d.detail)
+
+
+def _rejudged(
+    measured: CaseVerdict,
+    interval: tuple[float, float, float] | None,
+    min_effect: float,
+    measured_at: float | None,
+    reliable: bool,
+) -> Judgement:
+    """A paired verdict, judged again by the rule where its threshold or reliability asks."""
+    if interval is None:
+        if measured in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT) and not reliable:
+            return Judgement(CaseVerdict.INCONCLUSIVE, detail=_THROTTLED)
+        return Judgement(measured)
+    r, lo, hi = interval
+    other_threshold = measured_at is None or abs(measured_at - min_effect) > 1e-12
+    if measured in TIMING and (other_threshold or not reliable):
+        d = decide(r, lo, hi, min_effect, reliable=reliable)
+        return Judgement(d.verdict, r, lo, hi, d.detail)
+    if measured in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT) and not reliable:
+        return Judgement(CaseVerdict.INCONCLUSIVE, r, lo, hi, _THROTTLED)
+    detail = decide(r, lo, hi, min_effect, reliable=reliable).detail if measured in TIMING else ""
+    return Judgement(measured, r, lo, hi, detail)
+
+
+_THROTTLED = "measured on a throttled GPU: never a regression"
+
+
+def _interval(
+    ratio: float | None, low: float | None, high: float | None
+) -> tuple[float, float, float] | None:
+    if ratio is None or low is None or high is None:
+        return None
+    if not (_positive(ratio) and _positive(low) and _positive(high)) or low > high:
+        return None
+    return float(ratio), float(low), float(high)
+
+
+# --------------------------------------------------------------------------- CPU timings
+#
+# On the CPU a timing verdict (regression, improvement, inconclusive) is plumbing only: a
+# loaded shared machine moves CPU times by whole factors, so they never decide a gate
+# unless ``KW_CPU_TIMING_GATES`` asks. Correctness and errors count everywhere. The
+# setting acts wherever an answer is composed from case verdicts: the worker's analysis
+# (the run's own verdict) and every reader of a commit's answer (gate, show, the API,
+# the reporter, the dashboard), each with its own process's setting.
+
+CPU_CLASS = "cpu"
+_CPU_WORDS: dict[CaseVerdict, str] = {
+    CaseVerdict.REGRESSION: "slower",
+    CaseVerdict.IMPROVEMENT: "faster",
+    CaseVerdict.INCONCLUSIVE: "inconclusive",
+    CaseVerdict.UNCHANGED: "unchanged",
+}
+PLUMBING_ONLY = "plumbing only"
+
+
+def plumbing_only(device_class: str, verdict: object, *, cpu_timings_gate: bool = False) -> bool:
+    """Whether a verdict is a CPU timing: shown, never with a GPU's authority."""
+    return (
+        device_class == CPU_CLASS
+        and is_verdict(verdict)
+        and CaseVerdict(verdict) in TIMING
+        and not cpu_timings_gate
+    )
+
+
+def gating(
+    device_class: str,
+    verdicts: Iterable[CaseVerdict | str | None],
+    *,
+    cpu_timings_gate: bool = False,
+) -> list[CaseVerdict | None]:
+    """The case verdicts that count for a run's or a commit's answer (CPU timings: none)."""
+    return [
+        CaseVerdict(v)
+        if is_verdict(v) and not plumbing_only(device_class, v, cpu_timings_gate=cpu_timings_gate)
+        else None
+        for v in verdicts
+    ]
+
+
+def cpu_word(verdict: CaseVerdict | str, *, short: bool = False) -> str:
+    """A CPU timing verdict as tables print it: ``slower on CPU (plumbing only)``."""
+    what = _CPU_WORDS.get(CaseVerdict(verdict), str(verdict))
+    return f"{what} on CPU" if short else f"{what} on CPU ({PLUMBING_ONLY})"
+
+
+def class_verdict_of(
+    device_class: str,
+    verdicts: Iterable[CaseVerdict | str | None],
+    policy: InconclusivePolicy | str = InconclusivePolicy.NEUTRAL,
+    *,
+    cpu_timings_gate: bool = False,
+) -> RunVerdict:
+    """A run's (or one GPU class's composed) verdict from its case verdicts."""
+    return run_verdict(gating(device_class, verdicts, cpu_timings_gate=cpu_timings_gate), policy)
+
+
+# --------------------------------------------------------------------------- a commit
+
+
+class CommitAnswer(StrEnum):
+    """A commit's answer over its GPU classes (``kernelwatch gate`` maps it to exit codes)."""
+
+    PASS = RunVerdict.PASS.value
+    FAIL = RunVerdict.FAIL.value
+    NEUTRAL = RunVerdict.NEUTRAL.value
+    ERROR = RunVerdict.ERROR.value
+    PENDING = "pending"
+    NONE = "none"
+
+
+def commit_answer(classes: Iterable[RunVerdict | str | None]) -> CommitAnswer:
+    """The commit's answer from each GPU class's verdict (None: that class is pending).
+
+    ``none`` without classes. Pending wins (a class still measuring may change the
+    answer); then a definite failure anywhere, even beside another class's error (the
+    more useful answer); then error; then neutral (a case stayed inconclusive); else pass.
+    """
+    seen = list(classes)
+    if not seen:
+        return CommitAnswer.NONE
+    if any(v is None for v in seen):
+        return CommitAnswer.PENDING
+    words = {RunVerdict(v) for v in seen if v is not None}
+    for verdict in (RunVerdict.FAIL, RunVerdict.ERROR, RunVerdict.NEUTRAL):
+        if verdict in words:
+            return CommitAnswer(verdict.value)
+    return CommitAnswer.PASS
+
+
 def is_verdict(value: object) -> TypeGuard[str]:
     """Whether ``value`` is one of the case-verdict words."""
     return isinstance(value, str) and value in CaseVerdict.__members__.values()
@@ -374,6 +601,24 @@ def _positive(x: float) -> bool:
 
 __all__ = [
     "ACCURACY_MARGIN",
+    "CPU_CLASS",
+    "ERROR_STATUS",
+    "FAIL_STATUS",
+    "NOTE_BASELINE_BROKEN",
+    "NOTE_BASELINE_UNMEASURED",
+    "NOTE_NEW",
+    "NOTE_SKIPPED",
+    "PASS_STATUS",
+    "PLUMBING_ONLY",
+    "SKIP_STATUS",
+    "CommitAnswer",
+    "Judgement",
+    "class_verdict_of",
+    "commit_answer",
+    "cpu_word",
+    "gating",
+    "judge_case",
+    "plumbing_only",
     "ACCURACY_MEASURES",
     "ACCURACY_NOISE",
     "AccuracyDecision",

@@ -1,7 +1,10 @@
 """Executing one run: the body of the Celery task, free of Celery.
 
-Steps, each recorded on the run: mirror → worktree → ``.kernelwatch.toml`` →
-environment → suite runner → results → analysis. Outcomes:
+Steps, each recorded on the run: mirror → worktree → environment → suite runner →
+results → analysis. What to measure and how to install it was decided when the run
+was planned (``RunOptions.config``, ``jobs/planning/resolve.py``): this module executes
+that snapshot and never reads ``.kernelwatch.toml`` (a run planned before snapshots
+existed is resolved once, by the same function, and the snapshot stored). Outcomes:
 
 - ``succeeded``: the suite ran (individual cases may be fail/error: those are results);
 - ``failed``: the library could not be installed or built (log in ``build_log``);
@@ -26,7 +29,7 @@ import socket
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -44,6 +47,7 @@ from kernelwatch.jobs.errors import (
 from kernelwatch.jobs.judging.analysis import analyze_ready, run_thresholds
 from kernelwatch.jobs.library import libspec, repoconfig, served
 from kernelwatch.jobs.library.mirror import Mirror
+from kernelwatch.jobs.planning.resolve import Configs, install_of, resolve
 from kernelwatch.jobs.retry import retrying
 from kernelwatch.kernels.record import ResultRecord
 from kernelwatch.worker import cardlock, recipes, submodules, venvs
@@ -103,19 +107,33 @@ def execute(
                 mirror.sync()
             if not mirror.has_commit(sha):
                 raise CommitNotFound(f"commit {sha} not found in {source}")
-            # the one read of this commit's file
-            config = repoconfig.read_configured(mirror, sha, settings.repo_configs)
-            _note_config(factory, run_id, config)
-            _note_served(
-                factory,
-                run_id,
-                served.served_file(mirror.source, served.table(settings.repo_configs)),
-            )
+            note = run_options.config
+            if note is None or not note.resolved:
+                run_options, suites = _resolve_late(
+                    factory, settings, run_id, mirror, sha, run_options, suites, baseline_sha
+                )
+                note = run_options.config
+            assert note is not None
+            if note.served:
+                _append_log(
+                    factory,
+                    run_id,
+                    f"configuration: {note.served} ({served.VARIABLE}, the service's) in place "
+                    f"of the repository's {repoconfig.FILE}\n",
+                )
+            if note.loosened:
+                _append_log(
+                    factory,
+                    run_id,
+                    "configuration: the base branch's rules judge this pull request; ignored "
+                    "from its own file: " + "; ".join(note.loosened) + "\n",
+                )
             env, recipe = _commit_env(
-                factory, settings, run_id, mirror, sha, config.install, run_options, trigger
-            )
+                factory, settings, run_id, mirror, sha, install_of(note.install), run_options,
+                trigger,
+            )  # fmt: skip
             library = {
-                "name": config.library.name or mirror.source.rsplit("/", 1)[-1],
+                "name": note.library or mirror.source.rsplit("/", 1)[-1],
                 "commit": sha,
                 "source": source,
             }
@@ -124,18 +142,17 @@ def execute(
                 pythonpath=env.pythonpath,
                 env=clean_env(recipe.env),
                 workdir=workdir / "suite",
-                suites=suites if run_options.suites_explicit else list(config.suites.names),
+                suites=suites,
                 # ``run --impl`` (a repro command names the module it measured) wins
-                impl=run_options.impl or config.library.module,
-                backend=config.library.name or config.library.module,
+                impl=run_options.impl or note.module,
+                backend=note.library or note.module,
                 library=library,
                 case_timeout_s=_case_timeout(run_options, settings),
                 suite_timeout_s=settings.suite_timeout_s,
-                extra_args=_runner_args(run_options, config),
+                extra_args=_runner_args(run_options, note),
             )
             # a run that picks its own kernels or cases is not judged by the file's pick
-            if not {"--kernel", "--case"} & set(run_options.bench_args):
-                selected = config.suites.kernels or ()
+            selected = tuple(note.kernels or ())
             if run_options.paired and baseline_sha:
                 req = _paired_request(
                     factory, settings, run_id, mirror, baseline_sha, env, req, run_options, trigger
@@ -250,15 +267,17 @@ def _paired_request(
     """The run as a paired comparison: the baseline built too, both measured interleaved.
 
     The baseline is built with *its own* commit's recipe (``.kernelwatch.toml`` at
-    the baseline), because that is how that commit installs; the suites, module
-    and thresholds are the candidate's.
+    the baseline, read when the run was planned: ``ConfigNote.baseline_install``),
+    because that is how that commit installs; the suites, module and thresholds are
+    the run's.
     """
     if not mirror.has_commit(baseline_sha):
         mirror.sync()
     if not mirror.has_commit(baseline_sha):
         raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
     _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
-    install = repoconfig.read_configured(mirror, baseline_sha, settings.repo_configs).install
+    note = options.config
+    install = install_of(note.baseline_install if note is not None else None)
     base, _ = _commit_env(
         factory, settings, run_id, mirror, baseline_sha, install, options, trigger
     )
@@ -348,13 +367,14 @@ def _case_timeout(options: RunOptions, settings: Settings) -> float:
     return options.case_timeout_s if options.case_timeout_s is not None else settings.case_timeout_s
 
 
-def _runner_args(options: RunOptions, config: repoconfig.RepoConfig) -> list[str]:
+def _runner_args(options: RunOptions, note: ConfigNote) -> list[str]:
     """The run's own runner arguments, plus ``[suites] kernels`` as ``--kernel`` selectors
-    unless the run picks kernels itself (a library with only some of a suite's kernels
-    leaves the others out instead of getting an ``error`` for each on every commit)."""
+    (``ConfigNote.kernels``: None when the run picks kernels or cases itself; a library
+    with only some of a suite's kernels leaves the others out instead of getting an
+    ``error`` for each on every commit)."""
     args = list(options.bench_args)
-    if config.suites.kernels and "--kernel" not in args:
-        args += [a for k in config.suites.kernels for a in ("--kernel", k)]
+    if note.kernels and "--kernel" not in args:
+        args += [a for k in note.kernels for a in ("--kernel", k)]
     return args
 
 
@@ -402,40 +422,34 @@ def _insert(factory: sessionmaker[Session], run_id: int, record: ResultRecord) -
         store_record(session, run, record)
 
 
-def _note_config(
-    factory: sessionmaker[Session], run_id: int, config: repoconfig.RepoConfig
-) -> None:
+def _resolve_late(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    run_id: int,
+    mirror: Mirror,
+    sha: str,
+    options: RunOptions,
+    suites: list[str],
+    baseline_sha: str | None,
+) -> tuple[RunOptions, list[str]]:
+    """The snapshot of a run planned without one (before snapshots existed, or written by
+    hand), made once by the planner's own function and stored; then executed as any."""
+    resolved = resolve(
+        Configs(mirror, served.table(settings.repo_configs)),
+        sha,
+        options,
+        suites,
+        baseline=baseline_sha,
+        default_threshold=settings.regression_threshold,
+        default_confidence=settings.confidence,
+    )
     with factory() as session, session.begin():
         run = session.get(Run, run_id)
         assert run is not None
-        opts = run.options
-        thresholds = config.thresholds
-        changes: dict[str, Any] = {}
-        # the run's own values win; the file's fill what the run left unset
-        if thresholds.regression is not None and opts.regression_threshold is None:
-            changes["regression_threshold"] = thresholds.regression
-        if thresholds.confidence is not None and opts.confidence is None:
-            changes["confidence"] = thresholds.confidence
-        if thresholds.suites or thresholds.cases:
-            changes["thresholds"] = thresholds.overrides(0.0).to_options()
-        changes["config"] = ConfigNote(
-            module=config.library.module,
-            suites=list(config.suites.names),
-            recipe=config.install.recipe,
-            kernels=list(config.suites.kernels) if config.suites.kernels else None,
-        )
-        run.options = opts.with_(**changes)
-
-
-def _note_served(factory: sessionmaker[Session], run_id: int, path: Path | None) -> None:
-    """Say in the build log when the service's file stood in for the repository's."""
-    if path is not None:
-        _append_log(
-            factory,
-            run_id,
-            f"configuration: {path} ({served.VARIABLE}, the service's) in place of the "
-            f"repository's {repoconfig.FILE}\n",
-        )
+        run.options = resolved.options
+        run.suites = resolved.suites
+    _append_log(factory, run_id, "configuration: resolved by the worker (planned without)\n")
+    return resolved.options, resolved.suites
 
 
 def _append_log(factory: sessionmaker[Session], run_id: int, text: str) -> None:

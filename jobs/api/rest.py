@@ -161,6 +161,8 @@ def get_verdict(
             target_url=base + c.dashboard_path,
             counts=c.counts,
             moved=[MovedCaseOut(**m.__dict__) for m in c.moved],
+            runs=list(c.runs),
+            in_flight=list(c.in_flight),
         )
         for c in verdict.classes
     ]

@@ -89,6 +89,8 @@ class MovedCaseOut(BaseModel):
     baseline_median_s: float | None
     median_s: float | None
     error: str
+    run_id: int | None = Field(None, description="the run this case's answer came from")
+    source: str = Field("", description="that run in words: push run 12, manual run 14")
 
 
 class ClassVerdictOut(BaseModel):
@@ -101,6 +103,12 @@ class ClassVerdictOut(BaseModel):
     target_url: str = Field(description="the dashboard view that explains this state")
     counts: dict[str, int]
     moved: list[MovedCaseOut]
+    runs: list[int] = Field(
+        default_factory=list, description="the runs whose cases make this class's answer"
+    )
+    in_flight: list[int] = Field(
+        default_factory=list, description="runs of the commit on this class still measuring"
+    )
 
 
 # One answer as the API gives it (docs/github.md shows the same); kept valid by a test.

@@ -1,8 +1,12 @@
 """``kernelwatch run SOURCE``: measure commits or released versions of a library.
 
-Plans the runs (``jobs/planning``), enqueues them for a worker and, with ``--wait``,
-follows them to their verdicts. Exit codes as in :mod:`.exit_codes`: with ``--wait``,
-0 only when every run passed; without it, 0 once the runs are queued.
+Plans the runs (``jobs/planning``: each commit's ``.kernelwatch.toml`` is read and
+resolved there, so a bad file is refused with exit 2 before anything is queued),
+enqueues them for a worker and, with ``--wait``, follows them to their verdicts and ends
+with what they found: per run, the cases that moved or broke with ratio and interval
+(the demo's summary, ``jobs/judging/report.py``); ``--json`` carries the same per run.
+Exit codes as in :mod:`.exit_codes`: with ``--wait``, 0 only when every run passed;
+without it, 0 once the runs are queued.
 """
 
 from __future__ import annotations
@@ -71,15 +75,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     r.add_argument(
         "--gate",
         action="store_true",
-        help="let these runs decide the commits' gate result (default: a manual run never "
-        "overrides the push or pull-request runs of a commit)",
+        help="rank these runs above other manual runs in the commits' gate answer (a "
+        "commit's answer is composed per case: push and pull-request runs first, then "
+        "manual runs with --gate, then other manual runs; newest within a kind)",
     )
     r.add_argument("--wait", action="store_true", help="block until the runs are judged")
     r.add_argument(
         "--timeout", type=float, default=3600, help="seconds --wait waits at most (default 3600)"
     )
     r.add_argument(
-        "--json", action="store_true", help='print {"runs": [{"id", "commit", "status", ...}]}'
+        "--json",
+        action="store_true",
+        help='print {"runs": [{"id", "commit", "status", "verdict", "moved", "cases"}]}',
     )
     r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     r.set_defaults(func=handle)
@@ -161,7 +168,11 @@ def handle(args: argparse.Namespace) -> int:
             tracker.close()
     out = _rows(sessions, ids)
     if args.json:
-        print(json.dumps({"runs": out}))
+        print(json.dumps({"runs": out}, default=str))
+    elif args.wait:
+        from kernelwatch.jobs.judging.report import format_briefs
+
+        print(format_briefs(out))
     else:
         for r in out:
             print(
@@ -181,21 +192,15 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _rows(sessions: sessionmaker[Session], ids: list[int]) -> list[dict[str, Any]]:
+    """Each run's brief: id, commit, status, verdict, and its moved and broken cases."""
     from sqlalchemy import select
 
     from kernelwatch.db.models import Run
+    from kernelwatch.jobs.judging.report import run_brief
 
     with sessions() as session:
         runs = session.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)).all()
-        return [
-            {
-                "id": r.id,
-                "commit": r.commit.sha if r.commit else None,
-                "status": r.status,
-                "verdict": r.verdict,
-            }
-            for r in runs
-        ]
+        return [run_brief(session, r) for r in runs]
 
 
 __all__ = ["NAME", "add_parser", "handle"]

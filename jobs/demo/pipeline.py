@@ -6,14 +6,23 @@ commit that makes RMSNorm several times slower (a smaller column tile), and one
 that makes softmax wrong (exp2 without the log2(e) factor). Every commit goes
 through the real path: planner → broker → a real Celery worker process → git
 mirror and worktree → pip-installed environment → suite runner subprocess →
-database → analysis. The report names the slow and the broken commit.
+database → analysis. The report names the slow and the broken commit, with the same
+per-run summary ``kernelwatch run --wait`` prints (``jobs/judging/report.py``).
+
+The library lives in ``<data dir>/demo/tinykern-<tag>``, the tag a digest of this
+kernelwatch checkout and of the library's files: a second demo of the same checkout
+finds the same four commits (and measures them again, as re-runs of one history),
+while two checkouts sharing a data directory, or a checkout whose kernels changed,
+get a repository, and a series, of their own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,11 +34,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
-from kernelwatch.db.models import FINAL_STATES, Run
-from kernelwatch.jobs.judging.report import run_summary
+from kernelwatch.db.models import FINAL_STATES, Repository, Run
+from kernelwatch.jobs.judging.report import moved_lines, run_brief
 from kernelwatch.jobs.library.mirror import git
 from kernelwatch.jobs.planning.broker import make_celery
 from kernelwatch.jobs.planning.plan import RunRequest, plan
+from kernelwatch.kernels.verdict import CaseVerdict
 
 KERNEL_FILES = ("softmax.py", "rmsnorm.py", "matmul.py", "attention.py")
 
@@ -72,15 +82,53 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def demo_tag() -> str:
+    """Eight hex digits of this checkout's location and the demo library's files."""
+    digest = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode())
+    for name in KERNEL_FILES:
+        digest.update(_kernel_source(name).encode())
+    for name in ("package_init.py.tmpl", "pyproject.toml.tmpl", "kernelwatch.toml.tmpl"):
+        digest.update(_template(name).encode())
+    return digest.hexdigest()[:8]
+
+
 def demo_repository_dir(settings: Settings, workdir: Path | None = None) -> Path:
-    """Where the demo's library lives: one place per data dir, so every demo is the same
-    source and so the same repository row (a fresh temp dir per demo made
-    ``tinykern-7847``-style duplicates, issue 18)."""
-    return (workdir or settings.data_dir / "demo") / "tinykern"
+    """Where the demo's library lives: one place per checkout and library content, so a
+    second demo measures the same history again, and no two checkouts (or versions of
+    the library) share one repository's series (issue 23)."""
+    return (workdir or settings.data_dir / "demo") / f"tinykern-{demo_tag()}"
+
+
+def _existing(dest: Path) -> list[DemoCommit] | None:
+    """The four commits of a demo repository made before at ``dest``, or None."""
+    if not (dest / ".git").exists():
+        return None
+    try:
+        log = git("log", "--reverse", "--format=%H %s", "main", cwd=dest).splitlines()
+    except subprocess.CalledProcessError:
+        return None
+    found = [tuple(line.split(" ", 1)) for line in log if " " in line]
+    if [m for _, m in found] != [m for m, _ in _MESSAGES]:
+        return None
+    return [
+        DemoCommit(sha, msg, role) for (sha, msg), (_, role) in zip(found, _MESSAGES, strict=True)
+    ]
+
+
+_MESSAGES = (
+    ("Add softmax, RMSNorm, matmul and attention kernels", "baseline"),
+    ("Document the calling convention", "harmless"),
+    ("rmsnorm: smaller column tile to reduce register pressure", "slow"),
+    ("softmax: use exp2, it is cheaper on the SFU", CaseVerdict.BROKEN.value),
+)
 
 
 def create_demo_repository(dest: Path) -> list[DemoCommit]:
-    """The tinykern repository with its four commits, oldest first (made anew each time)."""
+    """The tinykern repository with its four commits, oldest first; a repository already
+    at ``dest`` with those commits is kept (the same history, measured again)."""
+    existing = _existing(dest)
+    if existing is not None:
+        return existing
     if (dest / ".git").exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -93,30 +141,25 @@ def create_demo_repository(dest: Path) -> list[DemoCommit]:
     (dest / "pyproject.toml").write_text(_template("pyproject.toml.tmpl"))
     (dest / ".kernelwatch.toml").write_text(_template("kernelwatch.toml.tmpl"))
     (dest / "README.md").write_text("# tinykern\n\nA tiny Triton kernel library.\n")
-    commits = [
-        DemoCommit(
-            _commit(dest, "Add softmax, RMSNorm, matmul and attention kernels"),
-            "Add softmax, RMSNorm, matmul and attention kernels",
-            "baseline",
-        )
-    ]
+    msg = _MESSAGES[0][0]
+    commits = [DemoCommit(_commit(dest, msg), msg, _MESSAGES[0][1])]
 
     with open(dest / "README.md", "a") as fh:
         fh.write("\nEvery kernel takes its inputs, then `out`, which it fills completely.\n")
-    msg = "Document the calling convention"
-    commits.append(DemoCommit(_commit(dest, msg), msg, "harmless"))
+    msg = _MESSAGES[1][0]
+    commits.append(DemoCommit(_commit(dest, msg), msg, _MESSAGES[1][1]))
 
     _edit(
         pkg / "rmsnorm.py",
         "min(triton.next_power_of_2(cols), 1024)",
         "min(triton.next_power_of_2(cols), 128)",
     )
-    msg = "rmsnorm: smaller column tile to reduce register pressure"
-    commits.append(DemoCommit(_commit(dest, msg), msg, "slow"))
+    msg = _MESSAGES[2][0]
+    commits.append(DemoCommit(_commit(dest, msg), msg, _MESSAGES[2][1]))
 
     _edit(pkg / "softmax.py", "e = tl.exp(x)", "e = tl.exp2(x)")
-    msg = "softmax: use exp2, it is cheaper on the SFU"
-    commits.append(DemoCommit(_commit(dest, msg), msg, "broken"))
+    msg = _MESSAGES[3][0]
+    commits.append(DemoCommit(_commit(dest, msg), msg, _MESSAGES[3][1]))
     return commits
 
 
@@ -195,31 +238,26 @@ def _report(
     entries = []
     with factory() as session:
         for run in session.scalars(select(Run).where(Run.id.in_(run_ids)).order_by(Run.id)):
-            s = run_summary(session, run, all_cases=False)
+            brief = run_brief(session, run)
             entries.append(
                 {
-                    "sha": s["commit"],
-                    "message": by_sha[s["commit"]].message,
-                    "role": by_sha[s["commit"]].role,
-                    "run": s["id"],
-                    "status": s["status"],
-                    "verdict": s["verdict"],
-                    "moved": [
-                        {
-                            "kernel": c["kernel"],
-                            "case_id": c["case_id"],
-                            "verdict": c["verdict"],
-                            "ratio": c["ratio"],
-                            "error": c["error"],
-                        }
-                        for c in s["cases"]
-                    ],
+                    "sha": brief["commit"],
+                    "message": by_sha[brief["commit"]].message,
+                    "role": by_sha[brief["commit"]].role,
+                    "run": brief["id"],
+                    "status": brief["status"],
+                    "verdict": brief["verdict"],
+                    "device_class": brief["device_class"],
+                    "moved": brief["moved"],
                 }
             )
-    slow = [e["sha"] for e in entries if any(m["verdict"] == "regression" for m in e["moved"])]
-    broken = [e["sha"] for e in entries if any(m["verdict"] == "broken" for m in e["moved"])]
+    slow = [e["sha"] for e in entries if _has(e, CaseVerdict.REGRESSION)]
+    broken = [e["sha"] for e in entries if _has(e, CaseVerdict.BROKEN)]
+    with factory() as session:
+        name = session.scalar(select(Repository.name).where(Repository.source == str(repo_dir)))
     return {
         "repository": str(repo_dir),
+        "name": name,
         "finished": finished,
         "seconds": round(elapsed, 1),
         "database": settings.resolved_database_url.split("@")[-1],
@@ -231,6 +269,10 @@ def _report(
     }
 
 
+def _has(entry: dict[str, Any], verdict: CaseVerdict) -> bool:
+    return any(m["verdict"] == verdict for m in entry["moved"])
+
+
 def format_report(report: dict[str, Any]) -> str:
     lines = [
         f"kernelwatch demo: {len(report['commits'])} commits of {report['repository']}"
@@ -239,13 +281,7 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for e in report["commits"]:
         lines.append(f"  {e['sha'][:10]}  {e['verdict'] or '-':<5}  {e['message']}")
-        for m in e["moved"]:
-            how = (
-                f"{m['ratio']:.2f}x slower"
-                if m["verdict"] == "regression" and m["ratio"]
-                else (m["error"][:70] if m["error"] else "")
-            )
-            lines.append(f"      {m['verdict']:<11} {m['kernel']:<10} {how}")
+        lines += moved_lines(e["moved"], e.get("device_class", ""))
     lines.append("")
     for label, key in (("slow commit", "slow_commits"), ("broken commit", "broken_commits")):
         shas = report[key]

@@ -22,9 +22,14 @@ nothing about HTTP except the status code it suggests. For each event:
   only forward in ``pull_request.updated_at``: a late delivery of an older event
   (a ``labeled`` for the previous head, say) neither moves it back nor cancels the
   current head's runs.
-- ``.kernelwatch.toml`` is read once at the head commit (``repoconfig.read_at``: suites,
-  ``[gpus]`` classes); an invalid file becomes an ``error`` status whose message names
-  the key and what is allowed, and nothing is planned.
+- ``.kernelwatch.toml`` is read once per planned commit by the planner
+  (``jobs/planning/resolve.py``), which stores each run's resolved configuration; here
+  the head's file (and a pull request's merge-base's) picks the ``[gpus]`` classes. An
+  invalid file at the head becomes an ``error`` status whose message names the key and
+  what is allowed, and nothing is planned (a bad file at another pushed commit makes
+  that commit's run an ``error`` with the message). A pull request is judged by its
+  merge-base's file: its own may only tighten thresholds, suites and kernels; what it
+  tries to loosen is ignored and said in the PR comment.
 
 Payload fields are data, never code: shas must be 40 hex digits, repository names
 match GitHub's alphabet, branch names are only compared with patterns, and every
@@ -66,10 +71,11 @@ from kernelwatch.jobs.github.client import GitHubError, check_full_name
 from kernelwatch.jobs.github.fields import PayloadError
 from kernelwatch.jobs.github.reporter import Reporter
 from kernelwatch.jobs.github.watched import Secrets, WatchedRepo
-from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.library.mirror import Mirror
+from kernelwatch.jobs.library.served import table as served_table
 from kernelwatch.jobs.planning import cancel
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, PlannedRun, RunRequest, plan
+from kernelwatch.jobs.planning.resolve import Configs
 
 log = logging.getLogger(__name__)
 
@@ -557,17 +563,22 @@ class WebhookHandler:
         trigger: str,
         pr_number: int | None,
     ) -> Outcome:
+        configs = Configs(mirror, served_table(self.settings.repo_configs))
         try:
-            # the one read of the head's file
-            config = repoconfig.read_configured(mirror, head, self.settings.repo_configs)
+            # read once here and shared with the planner (each commit's file once)
+            config = configs.at(head)
+            classes = config.gpus.pick(repo.device_classes)  # [gpus] classes the server offers
+            if trigger == "pull_request" and baseline:
+                # the base branch's classes are gated whatever the pull request's file says
+                base_classes = configs.at(baseline).gpus.pick(repo.device_classes)
+                classes = [c for c in repo.device_classes if c in {*classes, *base_classes}]
         except ConfigError as exc:
             for sha in targets:
                 self.reporter.send_statuses(
                     repo.full_name, sha, repo.device_classes, "error", str(exc)
                 )
             return Outcome(202, "config_error", str(exc))
-        suites = list(repo.suites or config.suites.names)
-        classes = config.gpus.pick(repo.device_classes)  # [gpus] classes the server offers
+        suites = list(repo.suites or ())
         with self.factory() as session, session.begin():
             get_or_create_repository(session, repo.full_name, mirror.source)
         planned: list[tuple[str, PlannedRun]] = []
@@ -588,9 +599,11 @@ class WebhookHandler:
                     trigger=trigger,
                     measure_baseline=not paired,
                     options=options,
+                    base_rules=trigger == "pull_request",
+                    config_errors="record",
                 )
                 try:
-                    batch = plan(self.factory, self.settings, self.celery, req)
+                    batch = plan(self.factory, self.settings, self.celery, req, configs)
                 except BrokerUnavailable as exc:  # committed, sent later: link, then 503
                     self._link(repo, exc.planned, trigger, pr_number)
                     raise

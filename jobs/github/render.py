@@ -67,18 +67,22 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
         if not c.moved:
             continue
         lines += ["", f"  {c.device_class}: cases that moved"]
+        sources = sorted({m.source for m in c.moved if m.source})
+        if len(sources) > 1:  # a composed answer: say which run each case came from
+            lines.append(f"    from {', '.join(sources)}")
         words = [verdict_label(c.device_class, m.verdict) for m in c.moved]
         w = max(12, *(len(word) for word in words))  # CPU labels are longer
         lines.append(
             f"    {'verdict':<{w}} {'ratio':>18} {'interval':>16} "
-            f"{'baseline':>10} {'now':>10}  case"
+            f"{'baseline':>10} {'now':>10} {'run':>6}  case"
         )
         for m, word in zip(c.moved, words, strict=True):
             short = m.error and "\n" not in m.error and len(m.error) <= 60
             lines.append(
                 f"    {word:<{w}} {fmt_ratio(m):>18} "
                 f"{fmt_interval(m):>16} "
-                f"{fmt_time(m.baseline_median_s):>10} {fmt_time(m.median_s):>10}  "
+                f"{fmt_time(m.baseline_median_s):>10} {fmt_time(m.median_s):>10} "
+                f"{m.run_id or c.run_id:>6}  "
                 f"{_case_name(m)}" + (f"  ({m.error})" if short else "")
             )
             if m.error and not short:  # the whole message, wrapped under its case
@@ -162,6 +166,16 @@ def render_comment(
     for c in verdict.classes:
         if c.moved:
             out += ["", *_moved_table(c)]
+    ignored = list(dict.fromkeys(note for c in verdict.classes for note in c.ignored_config))
+    if ignored:
+        out += [
+            "",
+            "⚠️ **Ignored from this pull request's `.kernelwatch.toml`**: a pull request is "
+            "judged by its base branch's thresholds, suites and kernels, and may only tighten "
+            "them.",
+            "",
+            *(f"- {_md(note)}" for note in ignored),
+        ]
     levels = sorted({c.confidence for c in verdict.classes if c.confidence is not None})
     level = f"{levels[0] * 100:g} %" if len(levels) == 1 else "the configured"
     paired = paired or (bool(verdict.classes) and all(c.paired for c in verdict.classes))
@@ -187,6 +201,8 @@ def _moved_table(c: ClassVerdict) -> list[str]:
     ]
     for m in c.moved[:50]:
         note = f" ({_md(_clip(m.error, 300))})" if m.error else ""
+        if m.run_id is not None and m.run_id != c.run_id:
+            note += f" · from {_md(m.source or f'run {m.run_id}')}"
         word = verdict_label(c.device_class, m.verdict)
         rows.append(
             f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"

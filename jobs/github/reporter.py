@@ -34,7 +34,13 @@ from kernelwatch.db.models import Run
 from kernelwatch.jobs.github import bisect_comment
 from kernelwatch.jobs.github.client import GitHubClient, GitHubError, shorten
 from kernelwatch.jobs.github.render import COMMENT_MARKER, render_comment
-from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, commit_verdict
+from kernelwatch.jobs.judging.verdicts import (
+    ClassVerdict,
+    CommitVerdict,
+    commit_verdict,
+    repository_ids,
+    runs_of_commit,
+)
 from kernelwatch.kernels.verdict import CaseVerdict, excluded_effect
 
 log = logging.getLogger(__name__)
@@ -231,8 +237,13 @@ class Reporter:
                     RunLink.role == "candidate",
                 )
             ).all()
-            runs = session.scalars(select(Run).where(Run.id.in_([link.run_id for link in links])))
-            verdict = commit_verdict(session, full_name, sha, runs)
+            # the commit's one composed answer (every run of it), plus its linked runs (a
+            # cancelled one still says so)
+            linked = session.scalars(select(Run).where(Run.id.in_([link.run_id for link in links])))
+            runs = {r.id: r for r in linked}
+            ids = repository_ids(session, full_name)
+            runs.update({r.id: r for r in runs_of_commit(session, ids, sha)} if ids else {})
+            verdict = commit_verdict(session, full_name, sha, runs.values())
         for cv in verdict.classes:
             summary = ""
             if self.settings.github_checks and cv.final:

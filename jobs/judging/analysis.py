@@ -1,13 +1,18 @@
 """Judging a run against its baseline: per-case verdicts, regressions, the run's verdict.
 
-A case that failed its correctness check is ``broken`` whatever its speed, and a
-broken or errored baseline case is never compared with. A case measured under
-throttling (``reliable`` false) can be ``inconclusive`` at worst, never a
-regression. Every verdict comes from the one rule (``kernels/verdict.py``), and so
-does the run's: an inconclusive case makes it ``neutral`` unless
-``KW_INCONCLUSIVE_POLICY`` says otherwise. Runs whose baseline has not finished yet
-stay unjudged until it has;
-``analyze_ready`` is called whenever any run finishes.
+Every case verdict comes from the one judgement (``kernels/verdict.py:judge_case``):
+the statuses of both sides (a wrong candidate is ``broken`` whatever its speed; a
+broken baseline against a correct candidate is a fix, ``unchanged``; a baseline with
+no time has nothing to compare with), then the interval rule at the case's threshold
+(throttled measurements at worst ``inconclusive``). Each case is compared with its
+own baseline result (``baselines.py``: a run of the baseline commit that measured it,
+gate runs first), recorded in ``Result.baseline_result_id``. The run's verdict is the
+rule's aggregation (``class_verdict_of``): an inconclusive case makes it ``neutral``
+unless ``KW_INCONCLUSIVE_POLICY`` says otherwise, and CPU timings count only with
+``KW_CPU_TIMING_GATES`` (read here, in the process that judges: the worker). Runs
+whose baseline commit is still being measured stay unjudged until it is;
+``analyze_ready`` is called whenever any run finishes. Blocking findings become
+evidence of one problem row each (``problems.py``), never a row per run.
 """
 
 from __future__ import annotations
@@ -18,20 +23,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.config import Settings
-from kernelwatch.db.models import FINAL_STATES, Regression, Result, Run
-from kernelwatch.db.store import latest_run_for
-from kernelwatch.jobs.judging import bisect_trigger, history
+from kernelwatch.db.models import Result, Run
+from kernelwatch.jobs.judging import bisect_trigger, history, problems
+from kernelwatch.jobs.judging.baselines import baseline_results, main_baseline_run
 from kernelwatch.jobs.judging.comparison import compare
 from kernelwatch.jobs.library.repoconfig import Thresholds
 from kernelwatch.kernels.record import PairedSection, paired_section
 from kernelwatch.kernels.verdict import (
-    TIMING,
+    BLOCKING,
+    PASS_STATUS,
     CaseVerdict,
+    Judgement,
     RunVerdict,
-    decide,
-    is_verdict,
-    run_verdict,
+    class_verdict_of,
+    judge_case,
 )
+
+# Verdicts recorded as a problem's evidence by the pairwise analysis (history adds its own).
+_FINDINGS = tuple(v.value for v in BLOCKING)
 
 
 def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
@@ -64,117 +73,132 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
     if run.status != "succeeded":
         run.verdict = RunVerdict.ERROR
         return True
-    policy = settings.inconclusive_policy
-    if run.options.paired:
-        return _analyze_paired(session, run, run_thresholds(run, settings), settings)
-    baseline = _baseline_run(session, run)
-    if baseline is not None and baseline.status not in FINAL_STATES:
-        return False
     thresholds = run_thresholds(run, settings)
-    confidence = run.options.confidence
-    confidence = settings.confidence if confidence is None else confidence
-    base_results: dict[str, Result] = {}
-    if baseline is not None and baseline.status == "succeeded":
-        run.baseline_run_id = baseline.id
-        base_results = {r.case_id: r for r in baseline.results}
-    _clear_verdict_rows(session, run)
-    verdicts = []
-    for result in run.results:
-        verdicts.append(
-            _judge(
-                session,
-                run,
-                result,
-                base_results.get(result.case_id),
-                _threshold_of(thresholds, result),
-                confidence,
+    if run.options.paired:
+        judged = [_paired(result, _threshold_of(thresholds, result)) for result in run.results]
+    else:
+        bases = baseline_results(session, run)
+        if bases is None:
+            return False
+        run.baseline_run_id = main_baseline_run(bases)
+        confidence = run.options.confidence
+        confidence = settings.confidence if confidence is None else confidence
+        judged = [
+            _unpaired(
+                result, bases.get(result.case_id), _threshold_of(thresholds, result), confidence
             )
-        )
-    run.verdict = run_verdict(gating_verdicts(run.device_class, verdicts, settings), policy)
+            for result in run.results
+        ]
+    problems.forget_run(session, run, _FINDINGS)
+    for result, judgement in zip(run.results, judged, strict=True):
+        _store(result, judgement)
+        if judgement.verdict in BLOCKING:
+            problems.record(session, _finding(session, run, result, judgement))
+    run.verdict = class_verdict_of(
+        run.device_class,
+        [j.verdict for j in judged],
+        settings.inconclusive_policy,
+        cpu_timings_gate=settings.cpu_timing_gates,
+    )
     return True
 
 
-def gating_verdicts(
-    device_class: str, verdicts: list[CaseVerdict | None], settings: Settings
-) -> list[CaseVerdict | None]:
-    """The case verdicts that count for the run's verdict.
-
-    On the CPU a timing verdict (regression, improvement, inconclusive) is plumbing only:
-    a loaded shared machine moves CPU times by whole factors, so they never decide a
-    gate unless ``KW_CPU_TIMING_GATES`` asks. Correctness and errors count everywhere.
-    """
-    if device_class != "cpu" or settings.cpu_timing_gates:
-        return verdicts
-    return [None if v in TIMING else v for v in verdicts]
-
-
-def _judge(
-    session: Session,
-    run: Run,
-    result: Result,
-    base: Result | None,
-    threshold: float,
-    confidence: float,
-) -> CaseVerdict | None:
-    """The case's verdict (None: nothing to judge, e.g. skipped or new)."""
-    result.ratio = result.ratio_ci_low = result.ratio_ci_high = result.p_value = None
-    if result.status == "fail":
-        result.verdict = CaseVerdict.BROKEN
-        session.add(
-            Regression(
-                run_id=run.id,
-                baseline_run_id=run.baseline_run_id,
-                case_id=result.case_id,
-                kind=CaseVerdict.BROKEN,
-                detail=result.error or "correctness check failed",
-            )
-        )
-        return CaseVerdict.BROKEN
-    if result.status == "error":
-        result.verdict = CaseVerdict.ERROR
-        return CaseVerdict.ERROR
-    if result.status != "pass":
-        result.verdict = None
-        return None
-    if base is None or base.status != "pass" or len(base.samples) < 2 or len(result.samples) < 2:
-        result.verdict = None  # new case, or nothing trustworthy to compare with
-        return None
-    # throttled measurements never make a regression (the rule's ``reliable``)
-    cmp = compare(
-        base.samples,
-        result.samples,
+def _unpaired(
+    result: Result, base: Result | None, threshold: float, confidence: float
+) -> Judgement:
+    """The case against its baseline result, from both runs' raw samples."""
+    result.baseline_result_id = base.id if base is not None else None
+    ratio = low = high = None
+    reliable = bool(result.reliable and (base is None or base.reliable))
+    if (
+        result.status == PASS_STATUS
+        and base is not None
+        and base.status == PASS_STATUS
+        and len(base.samples) >= 2
+        and len(result.samples) >= 2
+    ):
+        cmp = compare(base.samples, result.samples, threshold, confidence, reliable=reliable)
+        ratio, low, high = cmp.ratio, cmp.ci_low, cmp.ci_high
+        result.p_value = cmp.p_slower if cmp.ratio >= 1 else cmp.p_faster
+    else:
+        result.p_value = None
+    return judge_case(
+        result.status,
+        base.status if base is not None else None,
+        ratio,
+        low,
+        high,
         threshold,
-        confidence,
-        reliable=bool(result.reliable and base.reliable),
+        reliable=reliable,
     )
-    result.ratio, result.ratio_ci_low, result.ratio_ci_high = cmp.ratio, cmp.ci_low, cmp.ci_high
-    result.p_value = cmp.p_slower if cmp.ratio >= 1 else cmp.p_faster
-    verdict = cmp.verdict
-    result.verdict = verdict
-    if verdict == CaseVerdict.REGRESSION:
-        session.add(
-            Regression(
-                run_id=run.id,
-                baseline_run_id=run.baseline_run_id,
-                case_id=result.case_id,
-                kind=CaseVerdict.REGRESSION,
-                ratio=cmp.ratio,
-                ratio_ci_low=cmp.ci_low,
-                ratio_ci_high=cmp.ci_high,
-                p_value=cmp.p_slower,
-                detail=f"{(cmp.ratio - 1) * 100:.1f}% slower "
-                f"(interval {cmp.ci_low:.3f}–{cmp.ci_high:.3f}, p={cmp.p_slower:.2g})",
-            )
+
+
+def _paired(result: Result, threshold: float) -> Judgement:
+    """A case measured in paired mode (``kernels/paired_suite.py``): its verdict stands,
+    judged again by the rule where the case's threshold differs from the one it was
+    measured at, or where the measurement was throttled. The interval comes from
+    baseline and candidate interleaved on one GPU; recomputing it from two separate
+    sample sets would throw that pairing away."""
+    paired = paired_section(result.record) or PairedSection()
+    result.baseline_result_id = None
+    result.p_value = None
+    return judge_case(
+        result.status,
+        None,
+        _num(paired.ratio),
+        _num(paired.ci_low),
+        _num(paired.ci_high),
+        threshold,
+        reliable=result.reliable,
+        paired=True,
+        measured=paired.verdict,
+        measured_at=_num(paired.min_effect),
+    )
+
+
+def _store(result: Result, judgement: Judgement) -> None:
+    result.verdict = judgement.verdict
+    result.ratio = judgement.ratio
+    result.ratio_ci_low = judgement.low
+    result.ratio_ci_high = judgement.high
+    if judgement.ratio is None:
+        result.p_value = None
+
+
+def _finding(session: Session, run: Run, result: Result, judgement: Judgement) -> problems.Finding:
+    """A blocking case as a finding of its problem, over baseline commit..this commit."""
+    base = session.get(Result, result.baseline_result_id) if result.baseline_result_id else None
+    base_run = session.get(Run, base.run_id) if base is not None else None
+    good = base_run.commit.sha if base_run is not None and base_run.commit else run.baseline_sha
+    verdict = judgement.verdict
+    ratio, lo, hi = judgement.ratio, judgement.low, judgement.high
+    paired = run.options.paired
+    if verdict == CaseVerdict.REGRESSION and ratio and lo and hi:
+        how = (
+            f"paired on one GPU, {(paired_section(result.record) or PairedSection()).groups} groups"
+            if paired
+            else f"p={result.p_value:.2g}"
+            if result.p_value is not None
+            else "unpaired"
         )
-    return verdict
-
-
-def _clear_verdict_rows(session: Session, run: Run) -> None:
-    """Forget the run's pairwise verdict rows before judging again (history's stay)."""
-    session.query(Regression).filter(
-        Regression.run_id == run.id,
-        Regression.kind.in_((CaseVerdict.REGRESSION, CaseVerdict.BROKEN)),
-    ).delete(synchronize_session=False)
+        detail = f"{(ratio - 1) * 100:.1f}% slower (interval {lo:.3f}–{hi:.3f}, {how})"
+    elif verdict == CaseVerdict.LESS_ACCURATE:
+        section = paired_section(result.record) or PairedSection()
+        detail = section.accuracy_detail or judgement.detail
+    else:
+        detail = result.error or judgement.detail
+    return problems.Finding(
+        run=run,
+        case_id=result.case_id,
+        kind=str(verdict),
+        good_sha=good,
+        ratio=ratio,
+        ratio_ci_low=lo,
+        ratio_ci_high=hi,
+        p_value=result.p_value if verdict == CaseVerdict.REGRESSION else None,
+        detail=detail,
+        baseline_run_id=base_run.id if base_run is not None else None,
+    )
 
 
 def run_thresholds(run: Run, settings: Settings) -> Thresholds:
@@ -191,96 +215,9 @@ def _threshold_of(thresholds: Thresholds, result: Result) -> float:
     return thresholds.for_case(str(record.get("suite", "")), str(record.get("kernel", "")), label)
 
 
-def _analyze_paired(session: Session, run: Run, thresholds: Thresholds, settings: Settings) -> bool:
-    """Verdicts measured in paired mode (``kernels/paired_suite.py``) are taken as they are.
-
-    The interval there comes from baseline and candidate interleaved on one GPU;
-    recomputing it from two separate sample sets would throw that pairing away.
-    """
-    policy = settings.inconclusive_policy
-    _clear_verdict_rows(session, run)
-    verdicts = [
-        _judge_paired(session, run, result, _threshold_of(thresholds, result))
-        for result in run.results
-    ]
-    run.verdict = run_verdict(gating_verdicts(run.device_class, verdicts, settings), policy)
-    return True
-
-
-def _judge_paired(
-    session: Session, run: Run, result: Result, threshold: float
-) -> CaseVerdict | None:
-    """The measured verdict; judged again by the rule where the case's threshold differs
-    from the one it was measured at, or where the measurement was throttled."""
-    paired = paired_section(result.record) or PairedSection()
-    if result.status == "skip":
-        result.verdict = None
-        return None
-    verdict = (
-        CaseVerdict(paired.verdict)
-        if is_verdict(paired.verdict)
-        else (CaseVerdict.BROKEN if result.status == "fail" else CaseVerdict.ERROR)
-    )
-    result.verdict = verdict
-    result.ratio = _num(paired.ratio)
-    result.ratio_ci_low = _num(paired.ci_low)
-    result.ratio_ci_high = _num(paired.ci_high)
-    result.p_value = None
-    ratio, lo, hi = result.ratio, result.ratio_ci_low, result.ratio_ci_high
-    measured_at = _num(paired.min_effect)
-    rethreshold = measured_at is None or abs(measured_at - threshold) > 1e-12
-    if (
-        verdict in TIMING
-        and ratio is not None
-        and lo is not None
-        and hi is not None
-        and (rethreshold or not result.reliable)
-    ):
-        decision = decide(ratio, lo, hi, threshold, reliable=result.reliable)
-        verdict = result.verdict = decision.verdict
-    elif verdict == CaseVerdict.REGRESSION and not result.reliable:
-        verdict = result.verdict = CaseVerdict.INCONCLUSIVE  # throttled: never a regression
-    if verdict in (CaseVerdict.REGRESSION, CaseVerdict.BROKEN):
-        ratio, lo, hi = result.ratio, result.ratio_ci_low, result.ratio_ci_high
-        detail = (
-            f"{(ratio - 1) * 100:.1f}% slower, paired on one GPU "
-            f"(interval {lo:.3f}–{hi:.3f}, {paired.groups} groups)"
-            if verdict == CaseVerdict.REGRESSION and ratio and lo and hi
-            else result.error or "correctness check failed"
-        )
-        session.add(
-            Regression(
-                run_id=run.id,
-                baseline_run_id=None,
-                case_id=result.case_id,
-                kind=verdict,
-                ratio=result.ratio,
-                ratio_ci_low=result.ratio_ci_low,
-                ratio_ci_high=result.ratio_ci_high,
-                detail=detail,
-            )
-        )
-    return verdict
-
-
 def _num(value: object) -> float | None:
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
-
-
-def _baseline_run(session: Session, run: Run) -> Run | None:
-    if run.options.baseline_run_id:
-        return session.get(Run, run.options.baseline_run_id)
-    if not run.baseline_sha:
-        return None
-    return latest_run_for(
-        session,
-        run.repository_id,
-        run.baseline_sha,
-        run.device_class,
-        list(run.suites),
-        exclude_id=run.id,
-    )

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db import bisect as store
 from kernelwatch.db.bisect import Bisection
-from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.db.models import Commit, RegressionEvidence, Result, Run
 from kernelwatch.jobs.judging.history import CHANGEPOINT, same_history
 from kernelwatch.kernels.verdict import BLOCKING, RunVerdict
 
@@ -57,17 +57,18 @@ def on_judged(session: Session, run: Run) -> Bisection | None:
     return _record(session, run, base, moved, establish=False)
 
 
-def on_change_point(session: Session, regression: Regression) -> Bisection | None:
+def on_change_point(session: Session, finding: RegressionEvidence) -> Bisection | None:
     """Record a bisection for a history change point if it spans several commits."""
-    if regression.kind != CHANGEPOINT:
+    if finding.kind != CHANGEPOINT:
         return None
-    run = session.get(Run, regression.run_id)
+    case_id = finding.regression.case_id
+    run = session.get(Run, finding.run_id)
     if run is None or run.trigger not in MAIN_TRIGGERS or run.options.bisection_id is not None:
         return None
     if run.commit is None or run.commit.sequence is None:
         return None
-    moved = [r for r in run.results if r.case_id == regression.case_id]
-    good = _last_measured_before(session, run, regression.case_id, run.commit.sequence)
+    moved = [r for r in run.results if r.case_id == case_id]
+    good = _last_measured_before(session, run, case_id, run.commit.sequence)
     if not moved or good is None:
         return None
     return _record(session, run, good, moved, establish=True)

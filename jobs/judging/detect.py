@@ -45,9 +45,12 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from kernelwatch.kernels.verdict import CaseVerdict
+
 __all__ = ["ChangePoint", "Direction", "detect", "detect_json"]
 
-Direction = Literal["regression", "improvement"]
+# The verdict words of ``kernels/verdict.py`` (``kernelwatch detect``'s JSON contract).
+Direction = Literal[CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT]
 _FloatArray = NDArray[np.float64]
 
 
@@ -57,8 +60,8 @@ class ChangePoint:
 
     index: position of the first point after the change (``values[index]`` is the
         first value of the new level).
-    direction: ``"regression"`` when the metric got worse (higher when lower is
-        better), ``"improvement"`` otherwise.
+    direction: ``CaseVerdict.REGRESSION`` when the metric got worse (higher when lower
+        is better), ``CaseVerdict.IMPROVEMENT`` otherwise (as JSON: the words).
     magnitude: relative change of the median level after vs before, signed:
         0.05 means 5 % higher after the change, -0.05 means 5 % lower.
         ``inf``/``-inf`` when the level before is exactly zero.
@@ -117,7 +120,9 @@ def detect(
         found.append(
             ChangePoint(
                 index=cut,
-                direction="regression" if higher == lower_is_better else "improvement",
+                direction=(
+                    CaseVerdict.REGRESSION if higher == lower_is_better else CaseVerdict.IMPROVEMENT
+                ),
                 magnitude=_relative_change(before, after),
                 p_value=p,
             )

@@ -5,9 +5,10 @@ smaller than one comparison's interval, shows only in the series. After each
 run of branch history (pushes, nightly, manual runs — not pull requests), the
 last ``WINDOW`` measurements of each of the run's cases on that GPU class go
 through ``kernelwatch detect``'s detector (``jobs/judging/detect.py``). A regression
-step is recorded as a ``Regression`` of kind ``changepoint`` at the commit where
-the new level starts, once, with its magnitude and p-value; the dashboard lists
-it with the pairwise ones and its Trends page draws exactly these rows. The smallest
+step is a finding of kind ``changepoint`` at the commit where the new level starts,
+recorded once, with its magnitude and p-value, as evidence of its problem
+(``problems.py``: the pairwise regression at that commit when there is one, else a
+problem of its own); the dashboard lists it and its Trends page draws exactly these. The smallest
 step recorded is the gate's minimum effect (the run's threshold, 1 % by default:
 ``kernels/verdict.py``), so history and the gate agree on what is worth a flag. The
 detector needs ``min_segment`` points on each side, so a step is confirmed a few
@@ -22,8 +23,10 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.models import Commit, Regression, Result, Run
+from kernelwatch.db.models import Commit, Regression, RegressionEvidence, Result, Run
+from kernelwatch.jobs.judging import problems
 from kernelwatch.jobs.judging.cards import level_cards
+from kernelwatch.jobs.judging.compose import Measured, authority, pick
 from kernelwatch.jobs.judging.detect import detect
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
@@ -43,7 +46,9 @@ def same_history(run: Run) -> tuple[ColumnElement[bool], ...]:
     )
 
 
-def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list[Regression]:
+def scan_run(
+    session: Session, run: Run, min_effect: float = MIN_EFFECT
+) -> list[RegressionEvidence]:
     """Record new change points in the histories of ``run``'s cases; returns them."""
     if run.trigger not in HISTORY_TRIGGERS or run.status != "succeeded" or run.commit is None:
         return []
@@ -59,12 +64,14 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
         .order_by(Commit.sequence.desc(), Run.id.desc())
         .limit(4 * WINDOW)
     ).all()
-    at: dict[int, tuple[int, str]] = {}  # run id -> (sequence, sha), newest run per commit
+    at: dict[int, tuple[int, str]] = {}  # run id -> (sequence, sha) of the WINDOW commits
     seen: set[int] = set()
     for run_id, sequence, sha in recent:
-        if sequence is not None and sequence not in seen and len(at) < WINDOW:
-            seen.add(sequence)
-            at[run_id] = (sequence, sha)
+        if sequence is None or (sequence not in seen and len(seen) >= WINDOW):
+            continue
+        seen.add(sequence)
+        at[run_id] = (sequence, sha)
+    runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(list(at))))}
     rows = session.execute(
         select(
             Result.case_id,
@@ -79,40 +86,51 @@ def scan_run(session: Session, run: Run, min_effect: float = MIN_EFFECT) -> list
             Result.median_s.is_not(None),
         )
     ).all()
+    # one point per (case, commit): its composed answer's run (compose.py), as Trends draw it
+    chosen = pick(
+        Measured((case_id, at[run_id][0]), authority(runs[run_id]), run_id, True, (median, card))
+        for case_id, median, run_id, card in rows
+        if median is not None
+    )
     series: dict[str, list[tuple[int, float, int, str, str]]] = {}
-    for case_id, median, run_id, card in rows:
-        if median is not None:
-            sequence, sha = at[run_id]
-            point = (sequence, float(median), run_id, sha, card or "")
-            series.setdefault(case_id, []).append(point)
-    found: list[Regression] = []
+    for (case_id, sequence), m in chosen.items():
+        median, card = m.item
+        point = (sequence, float(median), m.run_id, at[m.run_id][1], card or "")
+        series.setdefault(case_id, []).append(point)
+    found: list[RegressionEvidence] = []
     for case_id, points in series.items():
         points.sort()  # oldest first
         # as if every point had been measured on one card (jobs/judging/cards.py)
         levelled = level_cards([p[1] for p in points], [p[4] for p in points])
         for cp in detect(levelled, lower_is_better=True, min_effect=min_effect):
-            if cp.direction != CaseVerdict.REGRESSION.value:
+            if cp.direction != CaseVerdict.REGRESSION:
                 continue
             _, _, at_run, sha, _ = points[cp.index]
             exists = session.scalar(
-                select(Regression.id).where(
-                    Regression.run_id == at_run, Regression.case_id == case_id
-                )
+                select(RegressionEvidence.id)
+                .join(Regression, Regression.id == RegressionEvidence.regression_id)
+                .where(RegressionEvidence.run_id == at_run, Regression.case_id == case_id)
             )
             if exists is not None:
                 continue  # already flagged there (pairwise or by an earlier scan)
-            reg = Regression(
-                run_id=at_run,
-                case_id=case_id,
-                kind=CHANGEPOINT,
-                ratio=1 + cp.magnitude,
-                p_value=cp.p_value,
-                detail=(
-                    f"history: level {cp.magnitude * 100:+.1f} % from {sha[:12]} on "
-                    f"(change point over {len(points)} commits, p={cp.p_value:.2g})"
+            before = points[cp.index - 1][3] if cp.index > 0 else None
+            evidence = problems.record(
+                session,
+                problems.Finding(
+                    run=runs[at_run],
+                    case_id=case_id,
+                    kind=CHANGEPOINT,
+                    good_sha=before,
+                    ratio=1 + cp.magnitude,
+                    p_value=cp.p_value,
+                    detail=(
+                        f"history: level {cp.magnitude * 100:+.1f} % from {sha[:12]} on "
+                        f"(change point over {len(points)} commits, p={cp.p_value:.2g})"
+                    ),
+                    source=problems.HISTORY,
                 ),
             )
-            session.add(reg)
-            found.append(reg)
+            if evidence is not None:
+                found.append(evidence)
     session.flush()
     return found

@@ -1,4 +1,10 @@
-"""Run summaries for people (tables) and for programs (JSON)."""
+"""Run summaries for people (tables) and for programs (JSON).
+
+``run_summary``/``format_run``: one run with every case (``kernelwatch show``, the REST
+API). ``run_brief``/``format_briefs``: what a list of runs found, each with its moved and
+broken cases, ratio and interval: the closing report of ``kernelwatch run --wait`` and of
+the demo, one format for both. A case that could not be compared says why in words.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,19 @@ import textwrap
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Case, Result, Run
-from kernelwatch.jobs.judging.verdicts import plumbing_only
+from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
 from kernelwatch.kernels.record import telemetry_counts, telemetry_of
 from kernelwatch.kernels.units import ratio_text
-from kernelwatch.kernels.verdict import MOVED
+from kernelwatch.kernels.verdict import (
+    MOVED,
+    NOTE_BASELINE_BROKEN,
+    PASS_STATUS,
+    CaseVerdict,
+)
 
 # Width of wrapped error text: whole messages, never cut (issue 18: ~60 characters was).
 WRAP = 100
@@ -51,15 +62,17 @@ def no_telemetry_text(off: int, timed: int) -> str:
 
 
 def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[str, Any]:
+    base = aliased(Result)
     rows = session.execute(
-        select(Result, Case)
+        select(Result, Case, base.status, base.run_id)
         .join(Case, Result.case_id == Case.id)
+        .outerjoin(base, base.id == Result.baseline_result_id)
         .where(Result.run_id == run.id)
         .order_by(Case.kernel, Case.label)
     ).all()
     cases = []
-    telemetry = telemetry_counts([result.record for result, _ in rows])
-    for result, case in rows:
+    telemetry = telemetry_counts([row[0].record for row in rows])
+    for result, case, base_status, base_run in rows:
         if not all_cases and result.verdict not in MOVED:
             continue
         cases.append(
@@ -67,6 +80,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
                 "case_id": case.id,
                 "kernel": case.kernel,
                 "backend": case.backend,
+                "label": case.label,
                 "params": case.params,
                 "status": result.status,
                 "verdict": result.verdict,
@@ -79,12 +93,23 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
                 "gbps": result.gbps,
                 "telemetry": telemetry_of(result.record),
                 "error": result.error,
+                "baseline_run": base_run,
+                "note": _note(run, result, base_status),
             }
         )
     commit = run.commit
     extra: dict[str, Any] = {}
     if run.options.bisection_id is not None:  # a step of a bisection names it
         extra["bisection"] = _bisection(session, run.options.bisection_id)
+    answer = answer_for(session, run)
+    if answer is not None:  # the commit's composed answer, which this run may be part of
+        extra["commit_answer"] = {
+            "state": answer.state,
+            "description": answer.description,
+            "runs": list(answer.runs),
+            "in_flight": list(answer.in_flight),
+            "this_run": run.id in answer.runs,
+        }
     return {
         **extra,
         "id": run.id,
@@ -96,6 +121,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "verdict": run.verdict,
         "worker": run.worker,
         "device_class": run.device_class,
+        "trigger": run.trigger,
         "error": run.error,
         "started": run.started.isoformat() if run.started else None,
         "finished": run.finished.isoformat() if run.finished else None,
@@ -103,6 +129,91 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "telemetry": telemetry,
         "cases": cases,
     }
+
+
+def _note(run: Run, result: Result, base_status: str | None) -> str:
+    """Why a measured case has no comparison (or what its verdict rests on), in words."""
+    if result.status != PASS_STATUS or run.options.paired:
+        return ""
+    if result.verdict == CaseVerdict.UNCHANGED and base_status == "fail":
+        return NOTE_BASELINE_BROKEN
+    if result.verdict is not None:
+        return ""
+    if not run.baseline_sha:
+        return "first measurement: no baseline commit to compare with"
+    if base_status is None:
+        return (
+            f"no run of the baseline {run.baseline_sha[:12]} measured this case: nothing to "
+            "compare with"
+        )
+    return f"the baseline's measurement of this case is {base_status}: nothing to compare with"
+
+
+def run_brief(session: Session, run: Run) -> dict[str, Any]:
+    """One run as ``run --wait`` and the demo report it: status, verdict, and the cases that
+    moved or broke (ratio, interval, error), plus every case in brief (``--json``)."""
+    summary = run_summary(session, run)
+    dc = run.device_class
+    cases = [
+        {
+            "case_id": c["case_id"],
+            "kernel": c["kernel"],
+            "label": c["label"],
+            "status": c["status"],
+            "verdict": c["verdict"],
+            "ratio": c["ratio"],
+            "interval": c["ratio_ci"],
+            "median_s": c["median_s"],
+            "error": c["error"],
+            "note": c["note"],
+            "plumbing_only": plumbing_only(dc, c["verdict"] or ""),
+        }
+        for c in summary["cases"]
+    ]
+    rank = {v.value: i for i, v in enumerate(MOVED)}
+    moved = sorted(
+        (c for c in cases if c["verdict"] in rank),
+        key=lambda c: (rank[c["verdict"]], -abs((c["ratio"] or 1) - 1), c["kernel"], c["label"]),
+    )
+    return {
+        "id": run.id,
+        "commit": summary["commit"],
+        "message": summary["message"],
+        "status": run.status,
+        "verdict": run.verdict,
+        "device_class": dc,
+        "error": run.error or "",
+        "moved": moved,
+        "cases": cases,
+    }
+
+
+def format_briefs(briefs: list[dict[str, Any]]) -> str:
+    """Per run one line, then its moved and broken cases with ratio and interval."""
+    lines: list[str] = []
+    for b in briefs:
+        lines.append(
+            f"run {b['id']:>5}  {str(b['commit'] or '')[:10]}  {b['status']:<10} "
+            f"{b['verdict'] or '-':<8} {b['message'][:60]}"
+        )
+        lines += moved_lines(b["moved"], b["device_class"])
+        if b["error"] and b["status"] != "succeeded":
+            lines += error_lines(b["error"], "      ")
+    return "\n".join(lines)
+
+
+def moved_lines(moved: list[dict[str, Any]], device_class: str) -> list[str]:
+    """``regression  rmsnorm  1.942× [1.900, 1.980] (+94.2 %)  rows=4096`` per moved case."""
+    words = [verdict_label(device_class, m["verdict"]) for m in moved]
+    width = max([12, *(len(w) for w in words)])
+    out = []
+    for m, word in zip(moved, words, strict=True):
+        lo, hi = m["interval"] or (None, None)
+        how = ratio_text(m["ratio"], lo, hi) if m["ratio"] else ""
+        out.append(f"      {word:<{width}} {m['kernel']:<10} {how:<34} {m['label']}".rstrip())
+        if m["error"]:
+            out += error_lines(m["error"], "        ")
+    return out
 
 
 def _bisection(session: Session, bisection_id: int) -> dict[str, Any]:
@@ -138,6 +249,17 @@ def format_run(summary: dict[str, Any]) -> str:
     tele = summary.get("telemetry") or {}
     if tele.get("off"):
         lines.append(f"  warning: {no_telemetry_text(tele['off'], tele['off'] + tele['live'])}")
+    a = summary.get("commit_answer")
+    if a:
+        runs = ", ".join(str(i) for i in a["runs"])
+        if not a["this_run"]:
+            part = f" (from runs {runs}; this run is not part of it)"
+        else:  # several runs: the description names them
+            part = "" if len(a["runs"]) > 1 else " (from this run)"
+        lines.append(
+            f"  the commit's answer on {summary['device_class']}: {a['state']}: "
+            f"{a['description']}{part}"
+        )
     if summary["error"]:
         lines.append("  error:")
         lines += error_lines(summary["error"], "    ")
@@ -153,4 +275,6 @@ def format_run(summary: dict[str, Any]) -> str:
             f"  {c['kernel']:<10} {c['status']:<6} {c['verdict'] or '-':<12} {med:>11}  {ratio}"
         )
         lines += error_lines(c["error"], "      ")
+        if c.get("note"):
+            lines.append(f"      ({c['note']})")
     return "\n".join(lines)

@@ -1,34 +1,69 @@
-"""What a commit's runs mean for a merge: one state per GPU class, and the cases that moved.
+"""What a commit's runs mean for a merge: the answer composed per case, per GPU class.
 
-The per-case and per-run verdicts come from :mod:`kernelwatch.jobs.judging.analysis`; this
-module turns the runs of one commit into what a gate needs:
+A commit's answer is not its newest run's (design.md, "A commit's answer"). Per GPU
+class, each case's verdict comes from its most authoritative measurement at that
+commit (``compose.py``: push/PR gate run > manual ``--gate`` > manual run; newest
+within a kind; bisection steps and their confirmation re-measures never take part),
+so a run that measured a subset only adds or refreshes the cases it measured. From
+those cases this module makes what a gate needs:
 
 - per GPU class, a state (``pending | success | failure | neutral | error``; ``neutral``:
-  a case stayed inconclusive, see ``KW_INCONCLUSIVE_POLICY``) and a one-line description;
+  a case stayed inconclusive, see ``KW_INCONCLUSIVE_POLICY``), a one-line description,
+  the runs the answer came from and the runs still measuring;
 - for the whole commit, ``pass | fail | neutral | error | pending | none``
-  (``kernelwatch gate`` maps these to exit codes);
-- the cases that moved (``kernels.verdict.MOVED``: regression, less_accurate, broken,
-  error, inconclusive, improvement) with ratio, interval and both medians.
+  (``kernels.verdict.commit_answer``; ``kernelwatch gate`` maps these to exit codes);
+- the cases that moved (``kernels.verdict.MOVED``) with ratio, interval, both medians
+  and the run each came from.
 
-A run that passed without a baseline it was supposed to have (the baseline could not
-be built or measured) is an ``error``, not a pass: nothing was compared. Rendering
+``gate``, ``show``, the dashboard, the PR comment (``github/reporter.py``) and
+``/api/v1/verdicts`` all read this composition (:func:`runs_of_commit` then
+:func:`commit_verdict`). The class verdict is the rule's aggregation of the composed
+case verdicts (``kernels.verdict.class_verdict_of``) with this process's
+``KW_INCONCLUSIVE_POLICY`` and ``KW_CPU_TIMING_GATES``. A class whose newest gate run
+could not build or errored, with nothing measured at that authority since, is an
+``error``; a class whose runs compared nothing although they had a baseline is an
+``error`` too (the baseline could not be built or measured), not a pass. Rendering
 (terminal table, PR comment) lives in :mod:`kernelwatch.jobs.github.render`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.github import RunLink
 from kernelwatch.db.models import FINAL_STATES, Case, Commit, Repository, Result, Run
+from kernelwatch.jobs.judging.compose import Measured, authority, pick, source_label
 from kernelwatch.kernels.record import paired_section, telemetry_counts
-from kernelwatch.kernels.verdict import COMPARED, MOVED, ORDER, TIMING, CaseVerdict, RunVerdict
+from kernelwatch.kernels.verdict import (
+    COMPARED,
+    MOVED,
+    ORDER,
+    PASS_STATUS,
+    SKIP_STATUS,
+    CaseVerdict,
+    CommitAnswer,
+    RunVerdict,
+    class_verdict_of,
+    commit_answer,
+    cpu_word,
+)
+from kernelwatch.kernels.verdict import plumbing_only as _plumbing_only
 
 FINAL_STATUS_STATES = ("success", "failure", "neutral", "error")
+# A class verdict as a commit status state (GitHub's words).
+STATE_OF: dict[RunVerdict, str] = {
+    RunVerdict.PASS: "success",
+    RunVerdict.FAIL: "failure",
+    RunVerdict.NEUTRAL: "neutral",
+    RunVerdict.ERROR: "error",
+}
+_VERDICT_OF_STATE = {state: verdict for verdict, state in STATE_OF.items()}
+NEW = "new"  # a case measured with nothing to compare with (a count key, not a verdict)
+IN_FLIGHT = ("queued", "running")
 
 
 @dataclass(frozen=True)
@@ -43,11 +78,20 @@ class MovedCase:
     baseline_median_s: float | None
     median_s: float | None
     error: str = ""
+    run_id: int | None = None  # the run this case's answer came from
+    source: str = ""  # that run in words: ``push run 12``, ``manual run 14``
 
 
 @dataclass(frozen=True)
 class ClassVerdict:
-    """The state of one GPU class for one commit, as a commit status shows it."""
+    """The state of one GPU class for one commit, as a commit status shows it.
+
+    run_id: the run that speaks for the class (the most authoritative, newest run whose
+    cases were used); runs: every run whose cases were used; in_flight: runs of the
+    commit on this class still queued, running or waiting for their baseline (``gate
+    --wait`` waits for them; a re-run of the same kind does not reset a measured class
+    to pending, a run of higher authority does).
+    """
 
     device_class: str
     state: str  # pending | success | failure | neutral | error
@@ -61,6 +105,10 @@ class ClassVerdict:
     counts: dict[str, int] = field(default_factory=dict)
     moved: tuple[MovedCase, ...] = ()
     paired: bool = False  # baseline and candidate interleaved in this one run
+    runs: tuple[int, ...] = ()
+    in_flight: tuple[int, ...] = ()
+    # what a pull request's own .kernelwatch.toml tried to loosen and was ignored
+    ignored_config: tuple[str, ...] = ()
     # GPU timings made without NVML telemetry / all GPU timings (report.telemetry_counts)
     telemetry_off: int = 0
     telemetry_timed: int = 0
@@ -85,76 +133,45 @@ class CommitVerdict:
 
     @property
     def overall(self) -> str:
-        """``none`` (no runs), ``pending``, ``fail``, ``error``, ``neutral`` or ``pass``.
+        """``none`` (no runs), ``pending``, ``fail``, ``error``, ``neutral`` or ``pass``: the
+        rule's commit aggregation (``kernels.verdict.commit_answer``) over the classes."""
+        answer: CommitAnswer = commit_answer(_VERDICT_OF_STATE.get(c.state) for c in self.classes)
+        return answer.value
 
-        A regression or broken case anywhere is ``fail`` even if another class errored:
-        a definite finding is the more useful answer. Pending wins over both, because
-        a class still measuring may change the answer. ``neutral`` (a case stayed
-        inconclusive) only where nothing worse happened.
-        """
-        if not self.classes:
-            return "none"
-        states = {c.state for c in self.classes}
-        if "pending" in states:
-            return "pending"
-        if "failure" in states:
-            return RunVerdict.FAIL
-        if "error" in states:
-            return RunVerdict.ERROR
-        if "neutral" in states:
-            return RunVerdict.NEUTRAL
-        return RunVerdict.PASS
+    @property
+    def in_flight(self) -> tuple[int, ...]:
+        """Runs of this commit still measuring (or waiting for a baseline), every class."""
+        return tuple(sorted({i for c in self.classes for i in c.in_flight}))
+
+
+# --------------------------------------------------------------------------- one run
 
 
 def class_verdict(session: Session, run: Run) -> ClassVerdict:
-    """The commit-status view of one run."""
+    """The commit-status view of one run alone (its own cases, its own state)."""
+    return _compose(session, run.device_class, [run])
+
+
+def _pending(run: Run, in_flight: Sequence[Run]) -> ClassVerdict:
     if run.status == "queued":
-        return _make(run, "pending", "queued")
-    if run.status == "running":
-        return _make(run, "pending", f"measuring on {run.worker}" if run.worker else "measuring")
-    if run.status not in FINAL_STATES:
-        return _make(run, "pending", run.status)
+        what = "queued"
+    elif run.status == "running":
+        what = f"measuring on {run.worker}" if run.worker else "measuring"
+    else:
+        what = f"measured; waiting for baseline {(run.baseline_sha or '')[:7]}"
+    return _make(run, "pending", what, in_flight=in_flight)
+
+
+def _unmeasured(run: Run, in_flight: Sequence[Run]) -> ClassVerdict:
+    """A finished run without measurements speaking for its class."""
     if run.status == "cancelled":
-        return _make(run, "error", "run was cancelled")
+        return _make(run, "error", "run was cancelled", in_flight=in_flight)
     if run.status in ("failed", "error"):
         what = "build or install failed" if run.status == "failed" else "run failed"
-        return _make(run, "error", f"{what}: {_first_line(run.error)}")
-    if run.verdict is None:
-        return _make(
-            run, "pending", f"measured; waiting for baseline {(run.baseline_sha or '')[:7]}"
-        )
-    results = session.execute(
-        select(Result, Case).join(Case, Result.case_id == Case.id).where(Result.run_id == run.id)
-    ).all()
-    counts: dict[str, int] = {}
-    for result, _ in results:
-        key = result.verdict or ("new" if result.status == "pass" else result.status)
-        counts[key] = counts.get(key, 0) + 1
-    moved = _moved(session, run, results)
-    telemetry = telemetry_counts(result.record for result, _ in results)
-    compared = sum(v for k, v in counts.items() if k in COMPARED)
-    # a CPU run's timing words say where they were measured ("1 slower on CPU")
-    shown = {_CPU_WORDS.get(k, k) if plumbing_only(run.device_class, k) else k: n
-             for k, n in counts.items()}  # fmt: skip
-    if run.verdict == RunVerdict.FAIL:
-        state, description = "failure", summarize(shown)
-    elif run.verdict == RunVerdict.ERROR:
-        state, description = "error", summarize(shown)
-    elif run.verdict == RunVerdict.NEUTRAL:
-        state, description = "neutral", f"neutral: {summarize(shown)}"
-    elif run.baseline_sha and run.baseline_run_id is None and not run.options.paired:
-        state = "error"
-        description = f"nothing compared: baseline {run.baseline_sha[:12]} has no good measurement"
-    elif not run.baseline_sha and compared == 0:
-        state = "success"
-        description = f"first measurement: {len(results)} cases, nothing to compare with"
-    else:
-        state, description = "success", summarize(shown)
-    if shown != counts:
-        description += " (CPU timings: plumbing only)"
-    made = _make(run, state, description, counts, moved)
-    return replace(made, telemetry_off=telemetry["off"],
-                   telemetry_timed=telemetry["off"] + telemetry["live"])  # fmt: skip
+        return _make(run, "error", f"{what}: {_first_line(run.error)}", in_flight=in_flight)
+    if run.verdict == RunVerdict.ERROR:
+        return _make(run, "error", "no cases measured", in_flight=in_flight)
+    return _make(run, "success", "no cases measured", in_flight=in_flight)
 
 
 def _make(
@@ -163,29 +180,141 @@ def _make(
     description: str,
     counts: dict[str, int] | None = None,
     moved: tuple[MovedCase, ...] = (),
+    *,
+    verdict: str | None = None,
+    runs: Sequence[Run] = (),
+    in_flight: Sequence[Run] = (),
+    telemetry: dict[str, int] | None = None,
 ) -> ClassVerdict:
+    tele = telemetry or {}
     return ClassVerdict(
         device_class=run.device_class,
         state=state,
         description=description,
         run_id=run.id,
         run_status=run.status,
-        run_verdict=run.verdict,
+        run_verdict=verdict if verdict is not None else run.verdict,
         baseline_sha=run.baseline_sha,
         baseline_run_id=run.baseline_run_id,
         confidence=run.options.confidence,
         counts=counts or {},
         moved=moved,
         paired=run.options.paired,
+        runs=tuple(r.id for r in runs) or (run.id,),
+        in_flight=tuple(r.id for r in in_flight),
+        ignored_config=tuple(run.options.config.loosened) if run.options.config else (),
+        telemetry_off=tele.get("off", 0),
+        telemetry_timed=tele.get("off", 0) + tele.get("live", 0),
     )
 
 
-_ORDER = (*ORDER, "new")
-_CPU_WORDS = {
-    CaseVerdict.REGRESSION.value: "slower on CPU",
-    CaseVerdict.IMPROVEMENT.value: "faster on CPU",
-    CaseVerdict.INCONCLUSIVE.value: "inconclusive on CPU",
-}
+# --------------------------------------------------------------------------- composition
+
+
+def _finished(run: Run) -> bool:
+    """Finished with an answer: a final state, and judged when it succeeded."""
+    return run.status in FINAL_STATES and not (run.status == "succeeded" and run.verdict is None)
+
+
+def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassVerdict:
+    """One GPU class of a commit: its cases, each from its most authoritative measurement."""
+    from kernelwatch.db.config import get_settings
+
+    runs = sorted(runs, key=lambda r: r.id)
+    done = [r for r in runs if _finished(r)]
+    waiting = [r for r in runs if not _finished(r)]
+    top = max((authority(r) for r in done), default=None)
+    if waiting and (top is None or max(authority(r) for r in waiting) > top):
+        # nothing measured yet, or a run of higher authority is measuring (a push run after
+        # manual ones): its answer is the one to wait for
+        best = max(waiting, key=lambda r: (authority(r), r.id))
+        return _pending(best, waiting)
+    assert top is not None
+    newest_top = max((r for r in done if authority(r) == top), key=lambda r: r.id)
+    judged = {r.id: r for r in done if r.status == "succeeded"}
+    rows = (
+        session.execute(
+            select(Result, Case)
+            .join(Case, Result.case_id == Case.id)
+            .where(Result.run_id.in_(list(judged)), Result.status != SKIP_STATUS)
+        ).all()
+        if judged
+        else []
+    )
+    chosen = pick(
+        Measured(
+            result.case_id,
+            authority(judged[result.run_id]),
+            result.run_id,
+            result.verdict is not None,
+            (result, case),
+        )
+        for result, case in rows
+    )
+    if (
+        not chosen
+        or newest_top.id not in judged
+        and not any(authority(judged[m.run_id]) == top for m in chosen.values())
+    ):
+        # nothing measured, or the newest gate-level run failed with nothing since
+        return _unmeasured(newest_top, waiting)
+    picked = [m.item for m in chosen.values()]
+    sources = sorted({m.run_id for m in chosen.values()})
+    used = [judged[i] for i in sources]
+    speaker = max(used, key=lambda r: (authority(r), r.id))
+    settings = get_settings()
+    gates_cpu = settings.cpu_timing_gates
+    verdict = class_verdict_of(
+        device_class,
+        [r.verdict for r, _ in picked],
+        settings.inconclusive_policy,
+        cpu_timings_gate=gates_cpu,
+    )
+    counts: dict[str, int] = {}
+    for result, _ in picked:
+        key = result.verdict or (NEW if result.status == PASS_STATUS else result.status)
+        counts[key] = counts.get(key, 0) + 1
+    moved = _moved(session, judged, picked)
+    compared = sum(n for k, n in counts.items() if k in COMPARED)
+    shown = {
+        cpu_word(k, short=True) if _plumbing_only(device_class, k, cpu_timings_gate=gates_cpu)
+        else k: n
+        for k, n in counts.items()
+    }  # fmt: skip
+    state = STATE_OF[verdict]
+    description = summarize(shown)
+    if verdict == RunVerdict.NEUTRAL:
+        description = f"neutral: {description}"
+    elif verdict == RunVerdict.PASS:
+        # runs that had a baseline commit to compare with and found no measurement of it
+        unpaired_with_base = [
+            r for r in used if r.baseline_sha and not r.options.paired and r.baseline_run_id is None
+        ]
+        if unpaired_with_base and (compared == 0 or len(unpaired_with_base) == len(used)):
+            base = unpaired_with_base[-1].baseline_sha or ""
+            state = "error"
+            verdict = RunVerdict.ERROR
+            description = f"nothing compared: baseline {base[:12]} has no good measurement"
+        elif compared == 0 and not any(r.baseline_sha for r in used):
+            description = f"first measurement: {len(picked)} cases, nothing to compare with"
+    if shown != counts:
+        description += " (CPU timings: plumbing only)"
+    if len(used) > 1:
+        description += f" (cases from runs {', '.join(str(r.id) for r in used)})"
+    return _make(
+        speaker,
+        state,
+        description,
+        counts,
+        moved,
+        verdict=verdict.value,
+        runs=used,
+        in_flight=waiting,
+        telemetry=telemetry_counts(result.record for result, _ in picked),
+    )
+
+
+_ORDER = (*ORDER, NEW)
 _PLURAL = (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT, CaseVerdict.ERROR)
 
 
@@ -201,17 +330,19 @@ def summarize(counts: dict[str, int]) -> str:
 
 
 def _moved(
-    session: Session, run: Run, results: Sequence[tuple[Result, Case]]
+    session: Session, runs: dict[int, Run], picked: Sequence[tuple[Result, Case]]
 ) -> tuple[MovedCase, ...]:
-    base_medians: dict[str, float | None] = {}
-    if run.baseline_run_id is not None:
-        base_medians = dict(
-            session.execute(
-                select(Result.case_id, Result.median_s).where(Result.run_id == run.baseline_run_id)
-            ).all()
+    rows = [(r, c) for r, c in picked if r.verdict in MOVED]
+    base_ids = [r.baseline_result_id for r, _ in rows if r.baseline_result_id is not None]
+    base_medians: dict[int, float | None] = (
+        dict(
+            session.execute(select(Result.id, Result.median_s).where(Result.id.in_(base_ids))).all()
         )
+        if base_ids
+        else {}
+    )
+    older = _older_baselines(session, runs, rows)
     rank: dict[str, int] = {v.value: i for i, v in enumerate(MOVED)}
-    rows = [(r, c) for r, c in results if r.verdict in MOVED]
     rows.sort(
         key=lambda rc: (
             rank[rc[0].verdict or ""],
@@ -229,12 +360,42 @@ def _moved(
             ratio=result.ratio,
             ci_low=result.ratio_ci_low,
             ci_high=result.ratio_ci_high,
-            baseline_median_s=base_medians.get(result.case_id) or _paired_baseline_median(result),
+            baseline_median_s=(
+                base_medians.get(result.baseline_result_id)
+                if result.baseline_result_id is not None
+                else older.get((result.run_id, result.case_id))
+            )
+            or _paired_baseline_median(result),
             median_s=result.median_s,
             error=(result.error or "").strip(),  # whole: the gate wraps it, never cuts it
+            run_id=result.run_id,
+            source=source_label(runs[result.run_id]),
         )
         for result, case in rows
     )
+
+
+def _older_baselines(
+    session: Session, runs: dict[int, Run], rows: Sequence[tuple[Result, Case]]
+) -> dict[tuple[int, str], float | None]:
+    """Baseline medians of results judged before per-case baselines were recorded."""
+    wanted = {
+        (runs[r.run_id].baseline_run_id, r.case_id)
+        for r, _ in rows
+        if r.baseline_result_id is None and runs[r.run_id].baseline_run_id is not None
+    }
+    if not wanted:
+        return {}
+    found = session.execute(
+        select(Result.run_id, Result.case_id, Result.median_s).where(
+            Result.run_id.in_({b for b, _ in wanted}), Result.case_id.in_({c for _, c in wanted})
+        )
+    ).all()
+    by_base: dict[tuple[int | None, str], float | None] = {(b, c): m for b, c, m in found}
+    return {
+        (r.run_id, r.case_id): by_base.get((runs[r.run_id].baseline_run_id, r.case_id))
+        for r, _ in rows
+    }
 
 
 def _paired_baseline_median(result: Result) -> float | None:
@@ -258,52 +419,45 @@ def latest_per_class(runs: Iterable[Run]) -> list[Run]:
 def commit_verdict(
     session: Session, repository: str, sha: str, runs: Iterable[Run]
 ) -> CommitVerdict:
-    return CommitVerdict(
-        repository=repository,
-        sha=sha,
-        classes=tuple(class_verdict(session, r) for r in latest_per_class(runs)),
-    )
+    """The commit's answer from ``runs`` (its runs, as :func:`runs_of_commit` gives them):
+    per GPU class, composed case by case."""
+    by_class: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.options.bisection_id is not None:
+            continue
+        by_class.setdefault(run.device_class, []).append(run)
+    classes = []
+    for dc in sorted(by_class):
+        mine = by_class[dc]
+        # runs measured only as someone's baseline step back where the class has runs that
+        # judge the commit against its own baseline
+        judging = [r for r in mine if r.baseline_sha or r.options.baseline_run_id]
+        classes.append(_compose(session, dc, judging or mine))
+    return CommitVerdict(repository=repository, sha=sha, classes=tuple(classes))
+
+
+def answer_for(session: Session, run: Run) -> ClassVerdict | None:
+    """The composed answer of ``run``'s commit on ``run``'s GPU class (``show`` and the
+    run page say it beside the run): None for a released version without a commit."""
+    if run.commit is None:
+        return None
+    runs = runs_of_commit(session, [run.repository_id], run.commit.sha)
+    verdict = commit_verdict(session, run.repository.name, run.commit.sha, runs)
+    return next((c for c in verdict.classes if c.device_class == run.device_class), None)
 
 
 def runs_of_commit(session: Session, repository_ids: Sequence[int], sha: str) -> list[Run]:
-    """Runs that judge ``sha`` (a full sha or a unique prefix of 7+ characters).
-
-    Runs that compare with a baseline are preferred per class over runs that were
-    measured only to serve as someone's baseline.
-    """
+    """Runs that may speak for ``sha`` (a full sha or a unique prefix of 7+ characters):
+    every run of it but cancelled ones and bisection steps (``RunOptions.bisection_id``:
+    a step measures a commit against someone else's good build, never its gate answer).
+    Which of them answers for which case is :func:`commit_verdict`'s composition."""
     q = (
         select(Run)
         .join(Commit, Run.commit_id == Commit.id)
         .where(Run.repository_id.in_(repository_ids), Run.status != "cancelled")
     )
     q = q.where(Commit.sha == sha) if len(sha) >= 40 else q.where(Commit.sha.startswith(sha))
-    # a bisection's step runs measure a commit against someone else's good build: never
-    # the commit's gate result (``RunOptions.bisection_id``)
-    found = [r for r in session.scalars(q.order_by(Run.id)) if r.options.bisection_id is None]
-    runs = _deciding(found)
-    compared = {r.device_class for r in runs if r.baseline_sha}
-    return [r for r in runs if r.baseline_sha or r.device_class not in compared]
-
-
-def _deciding(runs: list[Run]) -> list[Run]:
-    """The runs allowed to decide the gate, per GPU class (issue 18).
-
-    A manual run (``kernelwatch run`` without ``--gate``) is someone trying something: where
-    the class has a push, PR or ``--gate`` run, the manual ones are left out, so a mistyped
-    suite cannot turn a PASS into an ERROR. Where only manual runs exist they count, but a
-    re-run still in flight does not hide a finished one (a measured commit is not reset to
-    pending).
-    """
-    out: list[Run] = []
-    for cls in sorted({r.device_class for r in runs}):
-        mine = [r for r in runs if r.device_class == cls]
-        gating = [r for r in mine if r.trigger != "manual" or r.options.gate]
-        if gating:
-            out += gating
-            continue
-        final = [r for r in mine if r.status in FINAL_STATES and r.status != "cancelled"]
-        out += final or mine
-    return sorted(out, key=lambda r: r.id)
+    return [r for r in session.scalars(q.order_by(Run.id)) if r.options.bisection_id is None]
 
 
 def repository_ids(session: Session, name: str) -> list[int]:
@@ -325,12 +479,9 @@ def repository_ids(session: Session, name: str) -> list[int]:
 
 
 def plumbing_only(device_class: str, verdict: str) -> bool:
-    """Whether a case's verdict is a CPU timing: shown, never with a GPU's authority.
-
-    CPU timings prove the plumbing (design.md); correctness found on the CPU is real.
-    Where ``KW_CPU_TIMING_GATES`` makes CPU timings gate, they are reported as any other.
-    """
-    return device_class == "cpu" and verdict in TIMING and not _cpu_timings_gate()
+    """Whether a case's verdict is a CPU timing (``kernels.verdict.plumbing_only``), with
+    this process's ``KW_CPU_TIMING_GATES``."""
+    return _plumbing_only(device_class, verdict, cpu_timings_gate=_cpu_timings_gate())
 
 
 def _cpu_timings_gate() -> bool:
@@ -344,13 +495,7 @@ def verdict_label(device_class: str, verdict: str) -> str:
     regression, the word itself elsewhere."""
     if not plumbing_only(device_class, verdict):
         return verdict
-    what = {
-        CaseVerdict.REGRESSION: "slower",
-        CaseVerdict.IMPROVEMENT: "faster",
-        CaseVerdict.INCONCLUSIVE: "inconclusive",
-        CaseVerdict.UNCHANGED: "unchanged",
-    }[CaseVerdict(verdict)]
-    return f"{what} on CPU (plumbing only)"
+    return cpu_word(verdict)
 
 
 def _first_line(text: str | None) -> str:
@@ -370,7 +515,9 @@ def _float(value: object) -> float | None:
 __all__ = [
     "ClassVerdict",
     "CommitVerdict",
+    "answer_for",
     "MovedCase",
+    "STATE_OF",
     "class_verdict",
     "commit_verdict",
     "latest_per_class",

@@ -437,14 +437,23 @@ class Thresholds:
     """A run's regression thresholds: per case pattern, then per suite, then the default.
 
     Not a table of the file: what a run stores in its options (``to_options``) and
-    analysis reads back (``from_options``), with the default filled in.
+    analysis reads back (``from_options``), with the default filled in. ``tighter``: a
+    second set that may only lower a case's threshold (a pull request's own file over
+    its base branch's, ``jobs/planning/resolve.py``): a case gets the smaller of the two.
     """
 
     default: float
     suites: dict[str, float] = field(default_factory=dict)
     cases: tuple[CaseThreshold, ...] = ()
+    tighter: Thresholds | None = None
 
     def for_case(self, suite: str, kernel: str, label: str) -> float:
+        own = self._own(suite, kernel, label)
+        if self.tighter is None:
+            return own
+        return min(own, self.tighter.for_case(suite, kernel, label))
+
+    def _own(self, suite: str, kernel: str, label: str) -> float:
         for rule in self.cases:
             if rule.matches(kernel, label):
                 return rule.regression
@@ -452,20 +461,25 @@ class Thresholds:
 
     def smallest(self) -> float:
         """The most sensitive threshold: what a paired measurement must resolve."""
-        return min([self.default, *self.suites.values(), *(c.regression for c in self.cases)])
+        own = min([self.default, *self.suites.values(), *(c.regression for c in self.cases)])
+        return own if self.tighter is None else min(own, self.tighter.smallest())
 
     def to_options(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "suites": dict(self.suites),
             "cases": [
                 {"kernel": c.kernel, "params": c.params, "regression": c.regression}
                 for c in self.cases
             ],
         }
+        if self.tighter is not None:
+            out["tighter"] = {"default": self.tighter.default, **self.tighter.to_options()}
+        return out
 
     @classmethod
     def from_options(cls, default: float, data: dict[str, Any] | None) -> Thresholds:
         data = data or {}
+        tighter = data.get("tighter")
         return cls(
             default=default,
             suites={str(k): float(v) for k, v in (data.get("suites") or {}).items()},
@@ -476,6 +490,11 @@ class Thresholds:
                     params=str(c.get("params", "*")),
                 )
                 for c in data.get("cases") or []
+            ),
+            tighter=(
+                cls.from_options(float(tighter.get("default", default)), tighter)
+                if isinstance(tighter, dict)
+                else None
             ),
         )
 

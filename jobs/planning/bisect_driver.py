@@ -329,6 +329,7 @@ def _step_request(row: Bisection, sha: str, against: str) -> RunRequest:
         device_class=row.device_class,
         trigger=TRIGGER,
         measure_baseline=False,  # paired: the good build is measured inside the run
+        config_errors="record",  # a step whose commit has a bad file is an error: a skip
         options={
             "paired": True,
             "suites_explicit": bool(row.suites),  # none given: the commit's own file says

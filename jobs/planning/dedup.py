@@ -26,11 +26,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.models import Run
 from kernelwatch.db.run_options import RunOptions
+from kernelwatch.db.store import runs_of
 from kernelwatch.jobs.planning.broker import PRIORITY
 
 ACTIVE_STATES = ("queued", "running")
@@ -90,17 +91,7 @@ def find_joinable(
     suites = sorted(suites)
     _lock(session, request_key(repository_id, sha, suites, device_class, options, baseline_sha))
     wanted = measurement_options(options)
-    q = (
-        select(Run)
-        .join(Commit, Run.commit_id == Commit.id)
-        .where(
-            Run.repository_id == repository_id,
-            Commit.sha == sha,
-            Run.device_class == device_class,
-            Run.status.in_(list(states)),
-        )
-        .order_by(Run.id.desc())
-    )
+    q = runs_of(repository_id, sha, device_class).where(Run.status.in_(list(states)))
     for run in session.scalars(q):
         if (
             sorted(run.suites) == suites

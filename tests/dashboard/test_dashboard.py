@@ -290,11 +290,14 @@ def test_regression_detail_has_links_and_repro(db: tuple[str, History]) -> None:
     _, h = db
     at = open_page("regressions", regression=h.regression_id)
     code = at.code[0].value
+    # both sides of the case in one run (issue 23: the old command compared nothing when the
+    # baseline's newest run had not measured the case)
     assert (
         f"kernelwatch run https://github.com/example/flash-attn-mini.git --commit "
-        f"{h.shas[2]} --baseline {h.shas[1]}"
+        f"{h.shas[2]} --baseline {h.shas[1]} --suite attention"
     ) in code
-    assert "kernelwatch bench --suite attention --kernel attention --out results.jsonl" in code
+    assert f"--kernel attention --case {h.corner_case} --paired --device-class" in code
+    assert "kernelwatch bench --suite attention --kernel attention --case" in code
     assert f"?page=run&run={h.run_ids[2]}" in texts(at)
 
 

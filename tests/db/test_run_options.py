@@ -79,7 +79,9 @@ def test_with_validates_and_leaves_the_original_alone(session: Session) -> None:
 
 def test_measurement_options_are_the_ones_dedup_compares() -> None:
     opts = RunOptions(bench_args=["--x"], paired=True, pr=3, confidence=0.9)
-    assert opts.measurement() == {"bench_args": ["--x"], "paired": True}
+    # how a run is judged is part of it too: a PR judged by its base branch's thresholds
+    # never joins a run judged by other ones (issue 24)
+    assert opts.measurement() == {"bench_args": ["--x"], "paired": True, "confidence": 0.9}
     assert RunOptions().measurement() == {}
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Result, Run
-from kernelwatch.db.run_options import RunOptions
+from kernelwatch.db.run_options import ConfigNote, RunOptions
 from kernelwatch.db.session import make_engine
 from kernelwatch.jobs.library import repoconfig
 from kernelwatch.jobs.planning.broker import make_celery
@@ -43,12 +43,13 @@ regression = 1.0
 
 
 def test_the_files_kernels_become_runner_selectors_unless_the_run_picks_its_own() -> None:
-    cfg = repoconfig.parse('[suites]\nkernels = ["softmax", "rmsnorm"]\n')
-    assert _runner_args(RunOptions(), cfg) == ["--kernel", "softmax", "--kernel", "rmsnorm"]
+    # the planner resolved [suites] kernels into the run's snapshot (jobs/planning/resolve.py)
+    note = ConfigNote(kernels=["softmax", "rmsnorm"], resolved=True)
+    assert _runner_args(RunOptions(), note) == ["--kernel", "softmax", "--kernel", "rmsnorm"]
     picked = RunOptions(bench_args=["--kernel", "matmul", "--budget", "0.1"])
-    assert _runner_args(picked, cfg) == ["--kernel", "matmul", "--budget", "0.1"]
+    assert _runner_args(picked, note) == ["--kernel", "matmul", "--budget", "0.1"]
     budget = RunOptions(bench_args=["--budget", "0.1"])
-    assert _runner_args(budget, repoconfig.parse(None)) == ["--budget", "0.1"]
+    assert _runner_args(budget, ConfigNote(resolved=True)) == ["--budget", "0.1"]
 
 
 def test_a_selected_kernel_that_matched_no_case_makes_the_run_an_error_naming_it() -> None:
@@ -68,7 +69,7 @@ def test_a_selected_kernel_that_matched_no_case_makes_the_run_an_error_naming_it
 
 @pytest.mark.slow
 def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = Settings(data_dir=tmp_path / "data", suite_timeout_s=300)
     settings.ensure_dirs()
@@ -81,6 +82,12 @@ def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
     req = RunRequest(source=str(src), commits=[sha], measure_baseline=False)
     (planned,) = plan(factory, settings, make_celery(settings), req)
 
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("the worker read .kernelwatch.toml: it executes the snapshot")
+
+    # the planner resolved the file (issue 23): the worker reads it no more
+    monkeypatch.setattr(repoconfig, "read_at", never)
+    monkeypatch.setattr(repoconfig, "parse", never)
     assert execute(factory, settings, planned.id, worker="test@host") == "succeeded"
     with factory() as s:
         run = s.get(Run, planned.id)
@@ -92,3 +99,4 @@ def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
     # without the selection rmsnorm, matmul and attention would each be an "error" record
     assert kernels == {"softmax"} and statuses == {"pass"}, (kernels, statuses)
     assert noted is not None and noted.kernels == ["softmax"]
+    assert run.suites == noted.suites == ["basic"]  # stored = measured

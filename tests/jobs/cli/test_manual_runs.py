@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.models import Repository, Run
+from kernelwatch.db.models import Case, Repository, Result, Run
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
 from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
 from tests.conftest import run_cli
@@ -17,7 +17,15 @@ from tests.helpers import library_files, make_repo
 SHA = "a" * 40
 
 
-def _run(session: Session, trigger: str, status: str, verdict: str | None, **opts: object) -> Run:
+def _run(
+    session: Session,
+    trigger: str,
+    status: str,
+    verdict: str | None,
+    cases: dict[str, str | None] | None = None,
+    **opts: object,
+) -> Run:
+    """A run of SHA on h200 with ``cases`` (case id → verdict) as passing results."""
     repo = get_or_create_repository(session, "lib", "/src/lib")
     commit = upsert_commit(session, repo, SHA, [])
     run = Run(
@@ -28,9 +36,19 @@ def _run(session: Session, trigger: str, status: str, verdict: str | None, **opt
         status=status,
         verdict=verdict,
         device_class="h200",
+        baseline_sha="b" * 40,
         options=dict(opts),
     )
     session.add(run)
+    session.flush()
+    run.baseline_run_id = run.id  # compared with something (the case rows say what)
+    for case_id, case_verdict in (cases or {}).items():
+        if session.get(Case, case_id) is None:
+            session.add(Case(id=case_id, suite="basic", kernel=case_id, backend="lib", params={}))
+            session.flush()
+        session.add(
+            Result(run_id=run.id, case_id=case_id, status="pass", verdict=case_verdict, ratio=1.0)
+        )
     session.flush()
     return run
 
@@ -38,31 +56,43 @@ def _run(session: Session, trigger: str, status: str, verdict: str | None, **opt
 def _overall(session: Session) -> tuple[str, list[int]]:
     repo = get_or_create_repository(session, "lib", "/src/lib")
     runs = runs_of_commit(session, [repo.id], SHA)
-    return commit_verdict(session, "lib", SHA, runs).overall, [r.id for r in runs]
+    (cls,) = commit_verdict(session, "lib", SHA, runs).classes
+    return commit_verdict(session, "lib", SHA, runs).overall, list(cls.runs)
 
 
 def test_a_manual_run_does_not_override_the_push_verdict(session: Session) -> None:
-    push = _run(session, "push", "succeeded", "pass")
-    _run(session, "manual", "error", "error")  # e.g. a mistyped suite
+    push = _run(session, "push", "succeeded", "pass", {"softmax": "unchanged"})
+    _run(session, "manual", "error", "error")  # e.g. a build that failed
+    _run(session, "manual", "succeeded", "fail", {"softmax": "regression"})  # a noisy re-run
     _run(session, "manual", "queued", None)  # a re-run in flight
     overall, ids = _overall(session)
     assert ids == [push.id] and overall == "pass"
 
 
-def test_a_manual_run_with_gate_decides(session: Session) -> None:
-    _run(session, "push", "succeeded", "pass")
-    gated = _run(session, "manual", "error", "error", gate=True)
+def test_a_manual_run_with_gate_outranks_manual_runs_not_gate_runs(session: Session) -> None:
+    manual = _run(session, "manual", "succeeded", "pass", {"softmax": "unchanged"})
+    gated = _run(session, "manual", "succeeded", "fail", {"softmax": "regression"}, gate=True)
+    _run(session, "manual", "succeeded", "pass", {"softmax": "unchanged"})  # newer, plain
     overall, ids = _overall(session)
-    assert gated.id in ids and overall == "error"
+    assert ids == [gated.id] and overall == "fail" and manual.id not in ids
+    push = _run(session, "push", "succeeded", "pass", {"softmax": "unchanged"})
+    assert _overall(session) == ("pass", [push.id])  # design.md: push/PR > manual --gate
 
 
 def test_rerunning_a_manually_measured_commit_does_not_reset_it_to_pending(
     session: Session,
 ) -> None:
-    measured = _run(session, "manual", "succeeded", "pass")
-    _run(session, "manual", "queued", None)
+    measured = _run(session, "manual", "succeeded", "pass", {"softmax": "unchanged"})
+    again = _run(session, "manual", "queued", None)
     overall, ids = _overall(session)
     assert ids == [measured.id] and overall == "pass"
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    verdict = commit_verdict(session, "lib", SHA, runs_of_commit(session, [repo.id], SHA))
+    assert verdict.in_flight == (again.id,)  # what ``gate --wait`` waits for
+    # a gate run measuring outranks what the manual runs found: its answer is awaited
+    push = _run(session, "push", "running", None)
+    assert _overall(session)[0] == "pending"
+    session.delete(push)
     # with nothing measured yet, the queued run is what there is
     session.delete(measured)
     session.flush()

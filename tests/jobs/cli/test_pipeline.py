@@ -182,8 +182,9 @@ def test_cli_run_wait_json_and_show(env: Env, tmp_path: Path) -> None:
     commits = [r["commit"] for r in out["runs"]]
     assert commits == [first, second]  # the unmeasured first parent is measured as baseline
     for r in out["runs"]:
-        assert set(r) == {"id", "commit", "status", "verdict"}
+        assert {"id", "commit", "status", "verdict", "moved", "cases"} <= set(r)
         assert r["status"] == "succeeded" and r["verdict"] == "pass"
+        assert {c["kernel"] for c in r["cases"]} == {"softmax", "rmsnorm", "matmul", "attention"}
     show = run_cli("show", str(out["runs"][1]["id"]), "--json", env=cli_env)
     summary = json.loads(show.stdout)
     assert summary["baseline"] == first
@@ -235,6 +236,9 @@ def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -
     runs = json.loads(proc.stdout)["runs"]
     assert [r["commit"] for r in runs] == ["version:kwlib==0.1", "version:kwlib==0.2"]
     assert [r["verdict"] for r in runs] == ["pass", "fail"]
+    # --json carries the cases that moved (issue 23: it had none)
+    moved = {(m["kernel"], m["verdict"]) for m in runs[1]["moved"]}
+    assert ("softmax", "broken") in moved and ("matmul", "broken") not in moved
     with env.factory() as s:
         second = s.get(Run, runs[1]["id"])
         assert second is not None

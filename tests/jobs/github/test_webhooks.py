@@ -422,6 +422,30 @@ def test_same_repo_pr_is_measured_against_the_merge_base(api: Api, source: dict[
     assert status is not None and status["state"] == "pending"
 
 
+def test_a_pr_cannot_loosen_the_rules_that_judge_it(api: Api, source: dict[str, str]) -> None:
+    # issue 24: a PR changing only its own thresholds was judged by them
+    repo = Path(source["path"])
+    git(repo, "checkout", "-q", "feature")
+    toml = (
+        library_files("kern", INIT, recipe="pythonpath")[".kernelwatch.toml"]
+        .replace("regression = 1.0", "regression = 9.0\nconfidence = 0.999999")
+        .replace('names = ["basic"]', 'names = ["basic"]\nkernels = ["matmul"]')
+    )
+    loose = make_repo(repo, {".kernelwatch.toml": toml}, "D: loosen the gate")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "update-ref", "refs/pull/7/head", loose)
+    r = api.post("pull_request", pr_payload(source, head=loose))
+    assert r.json()["status"] == "planned", r.text
+    (run,) = [r for r in api.runs() if r.commit and r.commit.sha == loose]
+    note = run.options.config
+    assert run.options.regression_threshold == 1.0  # the merge-base's, not 9.0
+    assert run.options.confidence is None  # the service's, not 0.999999
+    assert note is not None and note.kernels is None  # never the PR's pick of kernels
+    ignored = "\n".join(note.loosened)
+    assert "thresholds.regression = 9" in ignored and "thresholds.confidence" in ignored
+    assert "suites.kernels keeps only matmul" in ignored
+
+
 def test_reopened_pr_with_the_same_head_is_not_measured_again(
     api: Api, source: dict[str, str]
 ) -> None:

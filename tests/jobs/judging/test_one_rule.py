@@ -183,9 +183,15 @@ def test_the_trends_page_draws_only_the_change_points_history_recorded() -> None
     [("neutral", "neutral", "neutral"), ("fail", "fail", "failure"), ("pass", "pass", "success")],
 )
 def test_an_inconclusive_case_is_never_green_by_accident(
-    session: Session, policy: str, run_verdict: str, state: str
+    session: Session, policy: str, run_verdict: str, state: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from kernelwatch.db.config import get_settings
     from kernelwatch.jobs.cli.exit_codes import for_answer
+
+    # the worker judges the run with its policy; a commit's answer is composed, wherever it
+    # is read, with that process's policy: both the same service configuration
+    monkeypatch.setenv("KW_INCONCLUSIVE_POLICY", policy)
+    get_settings.cache_clear()
 
     repo = get_or_create_repository(session, "lib", "/src/lib")
     commit = upsert_commit(session, repo, "f" * 40, [])

@@ -51,7 +51,13 @@ def test_a_planned_run_is_queued_for_the_cards_its_suites_need(
     engine = make_engine(sqlite_url)
     factory = sessionmaker(bind=engine, expire_on_commit=False)
     try:
-        req = RunRequest(source=str(src), commits=[sha], suites=suites, device_class=device_class)
+        req = RunRequest(
+            source=str(src),
+            commits=[sha],
+            suites=suites,
+            device_class=device_class,
+            options={"suites_explicit": True},  # as ``run --suite``: not the file's suites
+        )
         planned = plan(factory, settings, None, req)
         assert len(planned) == 2  # the commit and its parent, measured as the baseline
         with factory() as s:

@@ -1,0 +1,69 @@
+"""The baseline of each case: a run of the baseline commit that measured that case.
+
+A comparison used to take the newest run of the baseline commit as the baseline of
+every case. When that run was a bisection step that measured one kernel, or a manual
+run of a subset, every other case came out "new": nothing compared, and no word why.
+Here each case gets its own baseline result, from the runs of the baseline commit on
+the same GPU class that measured it, by the composition's order (gate runs first,
+then manual ``--gate``, manual, bisection steps; a result with a time before one
+without; newest within a kind: ``compose.pick``). A run with an explicit baseline
+run (``RunOptions.baseline_run_id``) compares with that run only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.models import FINAL_STATES, Result, Run
+from kernelwatch.db.store import runs_of
+from kernelwatch.jobs.judging.compose import Measured, authority, pick
+from kernelwatch.kernels.verdict import PASS_STATUS, SKIP_STATUS
+
+IN_FLIGHT = ("queued", "running")
+
+
+def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
+    """Per case id, the result ``run``'s case is compared with; None: wait, a run of the
+    baseline commit on this class is still measuring (it may be the one that has it)."""
+    explicit = run.options.baseline_run_id
+    if explicit:
+        base = session.get(Run, explicit)
+        if base is None or base.status == "cancelled":
+            return {}
+        if base.status not in FINAL_STATES:
+            return None
+        return {r.case_id: r for r in base.results} if base.status == "succeeded" else {}
+    if not run.baseline_sha:
+        return {}
+    runs = session.scalars(
+        runs_of(run.repository_id, run.baseline_sha, run.device_class).where(
+            Run.status != "cancelled", Run.id != run.id
+        )
+    ).all()
+    if any(r.status in IN_FLIGHT and r.options.bisection_id is None for r in runs):
+        return None
+    done = {r.id: r for r in runs if r.status == "succeeded"}
+    if not done:
+        return {}
+    results = session.scalars(
+        select(Result).where(Result.run_id.in_(list(done)), Result.status != SKIP_STATUS)
+    ).all()
+    chosen = pick(
+        Measured(r.case_id, authority(done[r.run_id]), r.run_id, r.status == PASS_STATUS, r)
+        for r in results
+    )
+    return {case_id: m.item for case_id, m in chosen.items()}
+
+
+def main_baseline_run(chosen: dict[str, Result]) -> int | None:
+    """The run most cases were compared with (the Compare page's default baseline)."""
+    counts = Counter(r.run_id for r in chosen.values())
+    if not counts:
+        return None
+    return max(counts, key=lambda run_id: (counts[run_id], run_id))
+
+
+__all__ = ["baseline_results", "main_baseline_run"]
