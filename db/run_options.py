@@ -74,6 +74,8 @@ class ConfigNote(_Frozen):
       tighten them); the PR comment says so.
     resolved: False for a note of a run planned before the planner resolved (its
       worker resolves it once, from the same function).
+    gpu_budget_s: ``[gate] gpu_budget`` (a pull request: its base branch's), what the
+      worker gives a paired run as ``--gpu-budget`` unless the run set its own.
     """
 
     module: str | None = None
@@ -86,6 +88,7 @@ class ConfigNote(_Frozen):
     served: str | None = None
     loosened: list[str] = Field(default_factory=list)
     resolved: bool = False
+    gpu_budget_s: float | None = None  # [gate] gpu_budget: a paired run's GPU seconds
 
 
 # The name the planner uses: the note is the snapshot.

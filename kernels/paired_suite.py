@@ -102,6 +102,7 @@ from kernelwatch.kernels.verdict import (
     BLOCKING,
     ERROR_STATUS,
     FAIL_STATUS,
+    NOTE_UNMEASURED,
     ORDER,
     PASS_STATUS,
     SKIP_STATUS,
@@ -559,8 +560,8 @@ def unmeasured(
     ends ``neutral``), and the note names the budget that ran out.
     """
     record = blank_record(spec, suite, cid, backend)
-    record.status = "skip"
-    record.error = f"not measured: the run's GPU budget of {budget_s:g} s was spent"
+    record.status = SKIP_STATUS
+    record.error = f"{NOTE_UNMEASURED} ({budget_s:g} s)"
     paired = PairedSection(verdict=str(CaseVerdict.INCONCLUSIVE), note=record.error)
     return _as_dict(record, paired)
 

@@ -356,6 +356,60 @@ def telemetry_counts(records: Iterable[Mapping[str, Any] | None]) -> dict[str, i
     return counts
 
 
+@dataclass(frozen=True)
+class Price:
+    """What a set of paired cases cost and how many it decided (issue 25: a PR's price).
+
+    cases: cases compared in paired mode, measured or left unmeasured by the run's GPU
+    budget; undecided: those ``inconclusive`` (a neutral run), unmeasured ones included;
+    unmeasured: left by the budget (``paired_suite.unmeasured``); gpu_s: the GPU wall
+    seconds the cases held the card (``PairedSection.gpu_s``, start-up and both stages
+    included), over those that recorded it.
+    """
+
+    cases: int = 0
+    undecided: int = 0
+    unmeasured: int = 0
+    gpu_s: float = 0.0
+
+    @property
+    def decided(self) -> int:
+        return self.cases - self.undecided
+
+    def text(self) -> str:
+        """``41 of 43 cases decided, 2 neutral; GPU time 1.2 min (1.7 s a case)``."""
+        if not self.cases:
+            return ""
+        out = f"{self.decided} of {self.cases} cases decided"
+        if self.undecided:
+            out += f", {self.undecided} neutral"
+            if self.unmeasured:
+                out += f" ({self.unmeasured} not measured: GPU budget spent)"
+        if self.gpu_s:
+            total = f"{self.gpu_s / 60:.1f} min" if self.gpu_s >= 60 else f"{self.gpu_s:.1f} s"
+            out += f"; GPU time {total} ({self.gpu_s / self.cases:.1f} s a case)"
+        return out
+
+
+def price_of(records: Iterable[Mapping[str, Any] | None]) -> Price:
+    """The :class:`Price` of the paired cases among ``records`` (others are not counted)."""
+    from kernelwatch.kernels.verdict import SKIP_STATUS, CaseVerdict
+
+    cases = undecided = unmeasured = 0
+    gpu_s = 0.0
+    for record in records:
+        data = (record or {}).get("paired")
+        if not isinstance(data, Mapping) or data.get("verdict") is None:
+            continue  # unpaired, or a case a library could not run (skip)
+        cases += 1
+        if data.get("verdict") == CaseVerdict.INCONCLUSIVE:
+            undecided += 1
+            unmeasured += int((record or {}).get("status") == SKIP_STATUS)
+        if isinstance(data.get("gpu_s"), (int, float)):
+            gpu_s += float(data["gpu_s"])
+    return Price(cases, undecided, unmeasured, gpu_s)
+
+
 # --------------------------------------------------------------------------- validation
 
 _D = TypeVar("_D")

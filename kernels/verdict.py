@@ -276,6 +276,7 @@ NOTE_NEW = "no baseline measurement of this case: nothing to compare with"
 NOTE_BASELINE_BROKEN = "baseline was broken: a fix is not a time comparison"
 NOTE_BASELINE_UNMEASURED = "baseline has no time for this case ({status}): nothing to compare with"
 NOTE_SKIPPED = "skipped"
+NOTE_UNMEASURED = "not measured: the run's GPU budget was spent"
 NOTE_TOO_FEW = "too few samples to compare"
 NOTE_NO_PAIRED_VERDICT = "the paired record carries no verdict"
 
@@ -328,6 +329,10 @@ def judge_case(
     if candidate == ERROR_STATUS:
         return Judgement(CaseVerdict.ERROR, detail="the case raised or crashed")
     if candidate != PASS_STATUS:
+        if paired and measured == CaseVerdict.INCONCLUSIVE:
+            # left unmeasured by the run's GPU budget: undecided, so the run is neutral,
+            # never a pass that skipped what it could not afford (paired_suite.unmeasured)
+            return Judgement(CaseVerdict.INCONCLUSIVE, detail=NOTE_UNMEASURED)
         return Judgement(None, detail=NOTE_SKIPPED)
     interval = _interval(ratio, low, high)
     if paired:
@@ -608,6 +613,7 @@ __all__ = [
     "NOTE_BASELINE_UNMEASURED",
     "NOTE_NEW",
     "NOTE_SKIPPED",
+    "NOTE_UNMEASURED",
     "PASS_STATUS",
     "PLUMBING_ONLY",
     "SKIP_STATUS",

@@ -246,11 +246,31 @@ def commit_env(
 
 
 # Runner options the paired coordinator understands too (others concern one side only).
-# Re-measures and the confirmation run in fresh side processes by default
-# (bench-paired's ``--reuse-sides`` opts out); ``--seed`` repeats a run's inputs.
+# Re-measures and the confirmation set the case up again in the same side processes
+# (bench-paired's ``--fresh-processes`` starts new ones); ``--seed`` repeats a run's
+# inputs; ``--gpu-budget`` bounds the whole run (``[gate] gpu_budget`` when not given).
 _PAIRED_PASSTHROUGH = (
-    "--size", "--kernel", "--case", "--budget", "--pairs", "--retries", "--seed"
+    "--size", "--kernel", "--case", "--budget", "--pairs", "--retries", "--seed",
+    "--gpu-budget",
 )  # fmt: skip
+
+
+def paired_passthrough(runner_args: Sequence[object], note: ConfigNote | None) -> list[str]:
+    """The run's runner options the paired coordinator takes too, and the file's GPU budget.
+
+    ``[gate] gpu_budget`` (``ConfigNote.gpu_budget_s``) applies unless the run gave its
+    own ``--gpu-budget`` (``kernelwatch run --gpu-budget``).
+    """
+    bench = [str(a) for a in runner_args]
+    out = [
+        x
+        for i in range(0, len(bench) - 1)
+        if bench[i] in _PAIRED_PASSTHROUGH
+        for x in (bench[i], bench[i + 1])
+    ]
+    if note is not None and note.gpu_budget_s and "--gpu-budget" not in out:
+        out += ["--gpu-budget", f"{note.gpu_budget_s:g}"]
+    return out
 
 
 def _paired_request(
@@ -288,13 +308,7 @@ def _paired_request(
         threshold = run_thresholds(run, settings).smallest()
         confidence = run.options.confidence
         confidence = settings.confidence if confidence is None else confidence
-    bench = [str(a) for a in req.extra_args]
-    passthrough = [
-        x
-        for i in range(0, len(bench) - 1)
-        if bench[i] in _PAIRED_PASSTHROUGH
-        for x in (bench[i], bench[i + 1])
-    ]
+    passthrough = paired_passthrough(req.extra_args, note)
     req.module = "kernelwatch.kernels.paired_suite"
     req.pythonpath = ()  # the coordinator imports no library; each side gets its own path
     req.readonly = (str(base.path), str(candidate.path))  # both sides' envs, read-only

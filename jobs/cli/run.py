@@ -61,6 +61,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         help="sampling seconds per case (the runner's --budget; default 2 on a GPU)",
     )
+    r.add_argument(
+        "--gpu-budget",
+        type=float,
+        metavar="S",
+        help="GPU wall seconds a paired run may spend (default: [gate] gpu_budget of "
+        ".kernelwatch.toml, else unbounded); cases left unmeasured end inconclusive",
+    )
     r.add_argument("--profile", help="build profile of the repository's install recipe")
     r.add_argument("--device-class", help="GPU class to run on (default: this machine's)")
     r.add_argument(
@@ -121,6 +128,12 @@ def handle(args: argparse.Namespace) -> int:
         if args.budget <= 0:
             return fail(NAME, "--budget must be positive seconds")
         bench_args += ["--budget", str(args.budget)]
+    if args.gpu_budget is not None:
+        if args.gpu_budget <= 0:
+            return fail(NAME, "--gpu-budget must be positive seconds")
+        if not args.paired:
+            return fail(NAME, "--gpu-budget bounds a paired run (--paired)")
+        bench_args += ["--gpu-budget", str(args.gpu_budget)]
     if bench_args:
         options["bench_args"] = bench_args
     for key in ("impl", "index_url", "find_links", "profile"):

@@ -59,6 +59,9 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
     for c in verdict.classes:
         lines.append(f"  {c.device_class:<12} {c.state:<8} {c.run_id:>6}  {c.description}")
     for c in verdict.classes:
+        if c.price.cases:  # a paired (gated) answer's coverage and GPU time
+            lines.append(f"  {c.device_class}: {c.price.text()}")
+    for c in verdict.classes:
         if c.telemetry_off:
             lines.append(
                 f"  {c.device_class}: {no_telemetry_text(c.telemetry_off, c.telemetry_timed)}"
@@ -159,6 +162,10 @@ def render_comment(
             f"| `{_md(c.device_class)}` | {_ICON.get(c.state, '')} {c.state} | "
             f"{_md(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
         )
+    priced = [c for c in verdict.classes if c.price.cases]
+    if priced:
+        out.append("")
+        out += [f"`{_md(c.device_class)}`: {_md(c.price.text())}." for c in priced]
     for c in verdict.classes:
         if c.telemetry_off:
             text = no_telemetry_text(c.telemetry_off, c.telemetry_timed)

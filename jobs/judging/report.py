@@ -9,6 +9,8 @@ the demo, one format for both. A case that could not be compared says why in wor
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import select
@@ -17,7 +19,7 @@ from sqlalchemy.orm import Session, aliased
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
-from kernelwatch.kernels.record import telemetry_counts, telemetry_of
+from kernelwatch.kernels.record import price_of, telemetry_counts, telemetry_of
 from kernelwatch.kernels.units import ratio_text
 from kernelwatch.kernels.verdict import (
     MOVED,
@@ -127,8 +129,17 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "finished": run.finished.isoformat() if run.finished else None,
         # GPU timings NVML watched (live) or not (off); both 0 on a CPU run
         "telemetry": telemetry,
+        # a paired run's coverage and GPU seconds (kernels.record.Price), else None
+        "price": _price(rows),
         "cases": cases,
     }
+
+
+def _price(rows: Sequence[Any]) -> dict[str, Any] | None:
+    price = price_of(row[0].record for row in rows)
+    if not price.cases:
+        return None
+    return {**asdict(price), "decided": price.decided, "text": price.text()}
 
 
 def _note(run: Run, result: Result, base_status: str | None) -> str:
@@ -246,6 +257,9 @@ def format_run(summary: dict[str, Any]) -> str:
         )
     if summary["message"]:
         lines.append(f"  {summary['message']}")
+    price = summary.get("price")
+    if price:
+        lines.append(f"  paired: {price['text']}")
     tele = summary.get("telemetry") or {}
     if tele.get("off"):
         lines.append(f"  warning: {no_telemetry_text(tele['off'], tele['off'] + tele['live'])}")

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.github import RunLink
 from kernelwatch.db.models import FINAL_STATES, Case, Commit, Repository, Result, Run
 from kernelwatch.jobs.judging.compose import Measured, authority, pick, source_label
-from kernelwatch.kernels.record import paired_section, telemetry_counts
+from kernelwatch.kernels.record import Price, paired_section, price_of, telemetry_counts
 from kernelwatch.kernels.verdict import (
     COMPARED,
     MOVED,
@@ -112,6 +112,8 @@ class ClassVerdict:
     # GPU timings made without NVML telemetry / all GPU timings (report.telemetry_counts)
     telemetry_off: int = 0
     telemetry_timed: int = 0
+    # the paired cases' coverage and GPU seconds (issue 25: a pull request's price)
+    price: Price = field(default_factory=Price)
 
     @property
     def final(self) -> bool:
@@ -185,6 +187,7 @@ def _make(
     runs: Sequence[Run] = (),
     in_flight: Sequence[Run] = (),
     telemetry: dict[str, int] | None = None,
+    price: Price | None = None,
 ) -> ClassVerdict:
     tele = telemetry or {}
     return ClassVerdict(
@@ -205,6 +208,7 @@ def _make(
         ignored_config=tuple(run.options.config.loosened) if run.options.config else (),
         telemetry_off=tele.get("off", 0),
         telemetry_timed=tele.get("off", 0) + tele.get("live", 0),
+        price=price or Price(),
     )
 
 
@@ -236,7 +240,12 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
         session.execute(
             select(Result, Case)
             .join(Case, Result.case_id == Case.id)
-            .where(Result.run_id.in_(list(judged)), Result.status != SKIP_STATUS)
+            # a skip counts only when it carries a verdict: a case the run's GPU budget
+            # left unmeasured is undecided (inconclusive), one a library lacks is nothing
+            .where(
+                Result.run_id.in_(list(judged)),
+                or_(Result.status != SKIP_STATUS, Result.verdict.is_not(None)),
+            )
         ).all()
         if judged
         else []
@@ -311,6 +320,7 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
         runs=used,
         in_flight=waiting,
         telemetry=telemetry_counts(result.record for result, _ in picked),
+        price=price_of(result.record for result, _ in picked),
     )
 
 

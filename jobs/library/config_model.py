@@ -499,6 +499,22 @@ class Thresholds:
         )
 
 
+# ----------------------------------------------------------------------------- [gate]
+
+
+class Gate(Table):
+    """``[gate]``: what a gated (paired) run of this repository may spend.
+
+    gpu_budget: GPU wall seconds for the whole run, side start-up included
+    (``bench-paired --gpu-budget``): the cases it leaves unmeasured end inconclusive and
+    the run neutral, never a pass. A pull request's own value is ignored: its base
+    branch's file sets what a PR may spend (a smaller budget would turn cases it could
+    not afford into neutral, which ``KW_INCONCLUSIVE_POLICY=pass`` lets through).
+    """
+
+    gpu_budget: Timeout | None = None
+
+
 # ----------------------------------------------------------------------------- the file
 
 
@@ -510,3 +526,4 @@ class RepoConfig(Table):
     gpus: Gpus = Field(default_factory=Gpus)
     suites: Suites = Field(default_factory=Suites)
     thresholds: ThresholdTable = Field(default_factory=ThresholdTable)
+    gate: Gate = Field(default_factory=Gate)

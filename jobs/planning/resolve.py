@@ -86,6 +86,7 @@ class Rules:
     module: str | None
     library: str | None
     loosened: tuple[str, ...] = ()
+    gpu_budget: float | None = None
 
 
 def resolve(
@@ -129,6 +130,7 @@ def resolve(
         served=str(served) if served is not None else None,
         loosened=list(rules.loosened),
         resolved=True,
+        gpu_budget_s=rules.gpu_budget,
     )
     changes: dict[str, Any] = {"config": note}
     # the run's own values win; the file's fill what the run left unset
@@ -152,6 +154,7 @@ def _rules(config: RepoConfig) -> Rules:
         thresholds=per_case,
         module=config.library.module,
         library=config.library.name,
+        gpu_budget=config.gate.gpu_budget,
     )
 
 
@@ -221,6 +224,12 @@ def tightened(
             )
     if library is None:
         library = pr.library.name
+    budget = base.gate.gpu_budget
+    if pr.gate.gpu_budget is not None and pr.gate.gpu_budget != budget:
+        loosened.append(
+            f"gate.gpu_budget = {pr.gate.gpu_budget:g}: a pull request spends what its base "
+            f"branch allows ({'the service default' if budget is None else f'{budget:g} s'})"
+        )
     return Rules(
         suites=suites,
         kernels=kernels,
@@ -232,6 +241,7 @@ def tightened(
         module=module,
         library=library,
         loosened=tuple(loosened),
+        gpu_budget=budget,
     )
 
 

@@ -132,4 +132,4 @@ def test_a_spent_gpu_budget_leaves_cases_inconclusive_and_says_so(tmp_path: Path
     assert measured["status"] == "pass"
     for r in rest:
         assert r["status"] == "skip" and r["paired"]["verdict"] == "inconclusive"
-        assert "GPU budget of 0.5 s was spent" in r["paired"]["note"]
+        assert r["paired"]["note"] == "not measured: the run's GPU budget was spent (0.5 s)"

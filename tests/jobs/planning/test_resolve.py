@@ -211,3 +211,46 @@ def test_run_refuses_a_bad_file_with_exit_2_and_queues_nothing(tmp_path: Path) -
     if db.exists():
         with sessionmaker(bind=make_engine(f"sqlite:///{db}"))() as s:
             assert s.scalars(select(Run).where(Run.status == "queued")).all() == []
+
+
+def test_a_pull_requests_gpu_budget_is_its_base_branchs() -> None:
+    base = repoconfig.parse(BASE_TOML + "[gate]\ngpu_budget = 600\n")
+    assert base.gate.gpu_budget == 600
+    pr = repoconfig.parse(BASE_TOML + "[gate]\ngpu_budget = 5\n")
+    rules = tightened(base, pr, 0.01, 0.99)
+    # a tiny budget would turn the cases it cannot afford into neutral: ignored, noted
+    assert rules.gpu_budget == 600
+    assert any("gate.gpu_budget = 5" in note for note in rules.loosened), rules.loosened
+    with pytest.raises(ConfigError, match="gpu_budget"):
+        repoconfig.parse(BASE_TOML + "[gate]\ngpu_budget = -1\n")
+
+
+def test_the_worker_hands_the_budget_to_the_paired_coordinator() -> None:
+    from kernelwatch.db.run_options import ConfigNote
+    from kernelwatch.worker.executor import paired_passthrough
+
+    note = ConfigNote(gpu_budget_s=600.0, resolved=True)
+    args = ["--kernel", "softmax", "--profile", "x", "--budget", "0.5"]
+    assert paired_passthrough(args, note) == [
+        "--kernel", "softmax", "--budget", "0.5", "--gpu-budget", "600",
+    ]  # fmt: skip
+    # the run's own budget (kernelwatch run --gpu-budget) wins over the file's
+    own = [*args, "--gpu-budget", "120"]
+    assert paired_passthrough(own, note)[-2:] == ["--gpu-budget", "120"]
+    assert "--gpu-budget" not in paired_passthrough(args, ConfigNote(resolved=True))
+
+
+def test_run_gives_a_paired_run_its_gpu_budget_and_refuses_one_elsewhere(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "lib"
+    make_repo(src, {"kern/__init__.py": "", ".kernelwatch.toml": BASE_TOML})
+    proc = run_cli("run", str(src), "--commit", "HEAD", "--gpu-budget", "60", timeout=300)
+    assert proc.returncode == 2 and "--gpu-budget bounds a paired run" in proc.stderr
+    proc = run_cli("run", str(src), "--commit", "HEAD", "--paired", "--gpu-budget", "60",
+                   "--json", timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    db = tmp_path / "kwdata" / "kernelwatch.db"
+    with sessionmaker(bind=make_engine(f"sqlite:///{db}"))() as s:
+        (run,) = s.scalars(select(Run)).all()
+        assert run.options.bench_args[-2:] == ["--gpu-budget", "60.0"]
