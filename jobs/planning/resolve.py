@@ -114,7 +114,7 @@ def resolve(
     measured = list(suites) if options.suites_explicit else list(rules.suites)
     picks_own = bool(set(SELECTORS) & set(options.bench_args))
     baseline_install = (
-        _table(configs.at(baseline).install.model_dump(mode="json"))
+        _table(configs.at(baseline).install)
         if options.paired and baseline
         else None
     )
@@ -125,7 +125,7 @@ def resolve(
         suites=measured,
         kernels=list(rules.kernels) if rules.kernels and not picks_own else None,
         recipe=own.install.recipe,
-        install=_table(own.install.model_dump(mode="json")),
+        install=_table(own.install),
         baseline_install=baseline_install,
         served=str(served) if served is not None else None,
         loosened=list(rules.loosened),
@@ -274,9 +274,14 @@ def _looser(key: str, value: float, limit: float) -> str:
     )
 
 
-def _table(data: dict[str, Any]) -> dict[str, Any]:
-    """An ``[install]`` table as stored: the resolved profile name is not part of it."""
-    return {k: v for k, v in data.items() if k != "profile"}
+def _table(install: repoconfig.InstallRecipe) -> dict[str, Any]:
+    """An ``[install]`` table as stored: what the file set, not the resolved profile name.
+
+    Only the keys that were set: a profile's unset keys dumped as null would come back
+    as set, and laying the profile over the recipe (``InstallRecipe.resolve``) would
+    then replace the recipe's values with nulls.
+    """
+    return install.model_dump(mode="json", exclude_unset=True, exclude={"profile"})
 
 
 def install_of(table: Mapping[str, Any] | None) -> repoconfig.InstallRecipe:
