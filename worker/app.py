@@ -65,6 +65,15 @@ def execute_run(self: Task, run_id: int) -> str:
             run_id,
             f"task exceeded its time limit of {fleet.soft_time_limit_s:.0f} s",
         )
+    except (OperationalError, InfrastructureError):
+        raise  # retried (autoretry_for)
+    except Exception as exc:
+        # A defect of ours, not the run's: end it now with what happened, instead of
+        # leaving it "running" until the reconciler calls the worker dead three times.
+        log.exception("run %s failed with an unexpected error", run_id)
+        return abandon(
+            session_factory(), settings, run_id, f"internal error: {type(exc).__name__}: {exc}"
+        )
 
 
 @app.task(name=BUILD_AHEAD)  # type: ignore[untyped-decorator]
