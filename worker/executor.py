@@ -122,7 +122,7 @@ def execute(
             req = SuiteRequest(
                 python=env.python,
                 pythonpath=env.pythonpath,
-                env=clean_env(recipe.env),
+                env=clean_env(env.run_env),  # the recipe's, checked (worker/sandbox.py)
                 workdir=workdir / "suite",
                 suites=suites if run_options.suites_explicit else list(config.suites.names),
                 # ``run --impl`` (a repro command names the module it measured) wins

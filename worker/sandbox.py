@@ -15,7 +15,14 @@ its kernels run here, never beside the worker. Two layers:
   write (a build's entry, a suite's work directory) writable, the
   environments it runs read-only, a fresh ``$HOME`` and ``/tmp`` and the NVIDIA
   device nodes. Mirrors, caches, the data directory, ``/root``, ``/home``,
-  ``/run`` and ``/etc/kernelwatch`` are simply absent.
+  ``/run`` and ``/etc/kernelwatch`` are simply absent. The view is an allow-list
+  the service decides (issue 24): no path that comes from an environment variable
+  the recipe can set is ever bound; the toolchain directories are the worker's own
+  (its interpreter, ``CUDA_HOME``, ``PATH`` and ``LD_LIBRARY_PATH`` as the service
+  was started with them), each resolved with ``realpath`` before it is judged.
+  A recipe's path-like variables are checked against that view
+  (:func:`confine_env`): inside the checkout, its environment, or the read-only
+  toolchain, anything else a ``ConfigError`` naming the key.
   A worker running as root runs the code as ``kernelwatch-sandbox`` (or
   ``nobody`` where that user does not exist), through ``setpriv`` with every
   capability dropped and ``no_new_privs``; an unprivileged worker's bwrap uses a
@@ -44,7 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError
+from kernelwatch.jobs.library import recipe_env
 from kernelwatch.jobs.library.mirror import tool_env
+from kernelwatch.jobs.library.repoconfig import FILE
 
 ALLOWED = (
     "PATH",
@@ -69,7 +78,6 @@ ALLOWED = (
     "NVCC_THREADS",
     "CC",
     "CXX",
-    "CCACHE_DIR",
     "PIP_INDEX_URL",
     "PIP_FIND_LINKS",
     "PIP_NO_INDEX",
@@ -83,7 +91,7 @@ ALLOWED = (
     "OPENBLAS_L2_SIZE",
 )
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "DATABASE_URL", "BROKER_URL")
-__all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "tool_env"]
+__all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "confine_env", "tool_env"]
 SANDBOX_USER = "kernelwatch-sandbox"
 DEFAULT_LOG_MB = 64
 # /etc entries a toolchain reads; the rest (/etc/kernelwatch/env first) stays out
@@ -175,25 +183,45 @@ class Sandbox:
         if self.confined:
             _probe(self.uid is not None)
 
-    def owner(self, paths: Sequence[Path]) -> None:
-        """Give the sandbox user the paths it must write (a no-op unless the worker is root)."""
+    def owner(self, paths: Sequence[Path], within: Path) -> None:
+        """Give the sandbox user the paths it must write (a no-op unless the worker is root).
+
+        Only paths inside ``within`` (the service's own directory they belong to: the
+        environment cache, the run's work directory) are ever handed over; anything
+        else is refused, whatever asked for it (issue 24: a recipe's ``CCACHE_DIR``
+        had a root worker chown a root-only directory to the sandbox user).
+        """
+        top_dir = os.path.realpath(within)
+        for top in paths:
+            real = os.path.realpath(top)
+            if not recipe_env.under(real, top_dir):
+                raise ConfigError(
+                    f"refusing to hand {top} to the sandbox user: not inside {within}"
+                )
         if self.uid is None or self.gid is None:
             return
-        for top in paths:
-            if not top.exists():
-                continue
-            os.lchown(top, self.uid, self.gid)
-            for dirpath, dirnames, filenames in os.walk(top):
-                for name in (*dirnames, *filenames):
-                    os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+        _chown_tree(paths, self.uid, self.gid)
+
+    def reclaim(self, paths: Sequence[Path]) -> None:
+        """Take back what :meth:`owner` handed over (a finished build's entry), so no
+        later sandbox, running as the same user, may write it."""
+        if self.uid is None:
+            return
+        _chown_tree(paths, os.geteuid(), os.getegid())
 
     def scratch(self, parent: Path) -> Path:
         """A fresh directory under ``parent`` that becomes the sandbox's ``/tmp`` and ``$HOME``."""
         parent.mkdir(parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
         (path / "home").mkdir()
-        self.owner([path])
+        self.owner([path], within=parent)
         return path
+
+    def visible(self) -> list[str]:
+        """Real paths of the read-only directories every sandbox shows: the system's
+        tool directories and the toolchain the service configures."""
+        tops = [os.path.realpath(Path("/") / name) for name in _SYSTEM]
+        return [*dict.fromkeys(tops + [os.path.realpath(p) for p in _tool_paths()])]
 
     def wrap(
         self,
@@ -235,7 +263,7 @@ class Sandbox:
         out += ["--bind", str(scratch), "/tmp"]
         # /tmp is the scratch directory: paths below it are not there unless made
         made: set[str] = {"/tmp"}
-        for path in _tool_paths(inner):
+        for path in _tool_paths():  # the service's own, never the recipe's (issue 24)
             out += _bind("--ro-bind", path, bound, made, skip_covered=True)
         for path in readonly:
             out += _bind("--ro-bind", Path(path), bound, made, skip_covered=True)
@@ -345,11 +373,13 @@ def _gpu_nodes() -> list[str]:
     return nodes
 
 
-def _tool_paths(env: Mapping[str, str]) -> Iterator[Path]:
-    """The interpreter, ``kernelwatch.kernels``, CUDA and the directories on ``PATH``.
+def _tool_paths() -> Iterator[Path]:
+    """The interpreter, ``kernelwatch.kernels``, and the service's CUDA and ``PATH``.
 
-    These are code the worker trusts, bound read-only; nothing under them is a secret
-    (the data directory, ``/etc/kernelwatch`` and home directories are never bound).
+    These are code the worker trusts, bound read-only. They come from the worker's
+    own environment (what the service was started with), never from a run's or a
+    recipe's; each is resolved with ``realpath`` and dropped when it lies in a
+    directory that is never shown (homes, ``/etc``, ``/var``, ``/run``, ``/tmp``...).
     """
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         yield Path(prefix)
@@ -357,13 +387,57 @@ def _tool_paths(env: Mapping[str, str]) -> Iterator[Path]:
     import kernelwatch.kernels
 
     yield Path(kernelwatch.kernels.__file__).resolve().parent
-    for key in ("CUDA_HOME", "CUDA_PATH"):
-        if env.get(key):
-            yield Path(env[key])
-    for key in ("PATH", "LD_LIBRARY_PATH", "PIP_FIND_LINKS"):
-        for part in env.get(key, "").split(os.pathsep):
-            if part.startswith("/") and not part.startswith(_NEVER):
-                yield Path(part)
+    own = os.environ
+    named = [own.get("CUDA_HOME", ""), own.get("CUDA_PATH", "")]
+    for key in ("PATH", "LD_LIBRARY_PATH"):
+        named += own.get(key, "").split(os.pathsep)
+    for part in named:
+        if not part.startswith("/"):
+            continue
+        real = os.path.realpath(part)
+        if not any(recipe_env.under(real, top) for top in _NEVER) and real != "/":
+            yield Path(real)
+
+
+def confine_env(
+    env: Mapping[str, str], *, checkout: Path, entry: Path, visible: Sequence[str]
+) -> dict[str, str]:
+    """A recipe's environment with every path-like entry made absolute and checked.
+
+    Relative entries are inside ``checkout``; each entry is resolved with
+    ``realpath`` and must lie in the checkout, the environment ``entry`` or one of
+    the ``visible`` read-only directories (:meth:`Sandbox.visible`). A service-owned
+    name or any other path is a ``ConfigError`` naming the key (``recipe_env``).
+    """
+    roots = [os.path.realpath(checkout), os.path.realpath(entry), *visible]
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        where = f"{FILE}: install.env.{key}"
+        if recipe_env.service_owned(key):
+            raise ConfigError(f"{where} {recipe_env.why_service_owned(key)}")
+
+        def judged(part: str, where: str = where) -> str:
+            path = part if part.startswith("/") else str(checkout / part)
+            real = os.path.realpath(path)
+            if not any(recipe_env.under(real, root) for root in roots):
+                raise ConfigError(
+                    f"{where} entry {part!r} resolves to {real}, outside what the sandbox "
+                    f"shows; {recipe_env.WHERE}"
+                )
+            return path
+
+        out[key] = recipe_env.rewrite(key, value, judged)
+    return out
+
+
+def _chown_tree(paths: Sequence[Path], uid: int, gid: int) -> None:
+    for top in paths:
+        if not top.exists():
+            continue
+        os.lchown(top, uid, gid)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in (*dirnames, *filenames):
+                os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
 @functools.cache

@@ -133,7 +133,7 @@ def _one_pass(
         env["PYTHONPATH"] = ":".join(req.pythonpath)
     box = req.sandbox or Sandbox.from_env()
     box.check()
-    box.owner([req.workdir])
+    box.owner([req.workdir], within=req.workdir.parent)
     scratch = box.scratch(req.workdir.parent)
     readonly = [Path(p) for p in (*req.readonly, *req.pythonpath) if p]
     argv, env = box.wrap(

@@ -53,16 +53,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from kernelwatch.jobs.errors import InstallError
+from kernelwatch.jobs.errors import ConfigError, InstallError
 from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
 from kernelwatch.worker import stubs, submodules
 from kernelwatch.worker.process import run_supervised
-from kernelwatch.worker.sandbox import Sandbox, clean_env, tool_env
+from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
 
 MARKER = ".kw-env.json"
 LAST_USED = ".kw-last-used"
@@ -146,6 +146,8 @@ class Env:
     seconds: float
     log: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    # the recipe's environment, checked and made absolute (commit environments)
+    run_env: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -258,49 +260,53 @@ class EnvCache:
                 log += submodules.update(src, recipe.submodules, mirrors)
             if recipe.stub_sources is not None:  # the profile leaves kernels out
                 log += stubs.apply(src, recipe.stub_sources)
-            env = dict(recipe.env)
-            if use_ccache:
-                env.update(ccache_env(self.root, env))
+            box = self.sandbox
+            # the recipe's variables, checked (issue 24); the service's own laid over them
+            env = self.recipe_env(recipe, dest)
+            writable = [dest]
+            if use_ccache and (service := ccache_env(self.root, env)):
+                env.update(service)
+                writable.append(self.root / "ccache")  # the service's, never the recipe's
+                writable[-1].mkdir(parents=True, exist_ok=True)
             if offline:
                 env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
             deadline = time.monotonic() + (recipe.timeout_s or timeout)
-            box = self.sandbox
-            writable = [dest]
-            if "CCACHE_DIR" in env:
-                Path(env["CCACHE_DIR"]).mkdir(parents=True, exist_ok=True)
-                writable.append(Path(env["CCACHE_DIR"]))
             box.check()
-            box.owner(writable)
+            box.owner(writable, within=self.root)
             scratch_root = self.root / "tmp"
             if recipe.recipe == "pip":
                 site = dest / "site"
                 argv = [self.python, "-m", "pip", "install", "--no-deps"]
                 argv += ["--no-build-isolation", "--disable-pip-version-check", "--no-input"]
                 argv += ["--target", str(site), str(src / recipe.subdirectory)]
+                steps = [(argv, src)]
+                paths: tuple[str, ...] = (str(site),)
+            else:
+                steps = [(argv, src / recipe.cwd) for argv in recipe.argv(self.python)]
+                paths = tuple(str(src / p) if p else str(src) for p in recipe.pythonpath or ("",))
+            for argv, cwd in steps:
                 log += _run(
                     argv,
-                    src,
+                    cwd,
                     env,
                     _left(deadline),
                     sandbox=box,
                     writable=writable,
                     scratch_root=scratch_root,
                 )
-                return log, (str(site),)
-            for argv in recipe.argv(self.python):
-                log += _run(
-                    argv,
-                    src / recipe.cwd,
-                    env,
-                    _left(deadline),
-                    sandbox=box,
-                    writable=writable,
-                    scratch_root=scratch_root,
-                )
-            paths = recipe.pythonpath or ("",)
-            return log, tuple(str(src / p) if p else str(src) for p in paths)
+            box.reclaim([dest])  # built: no later sandbox (the same user) may write it
+            return log, paths
 
-        return self._ensure(material, build)
+        built = self._ensure(material, build)
+        return replace(built, run_env=self.recipe_env(recipe, built.path))
+
+    def recipe_env(self, recipe: InstallRecipe, entry: Path) -> dict[str, str]:
+        """``recipe.env`` as the build and the suite get it: path-like entries absolute
+        and inside the checkout (``entry/src``), the entry or the sandbox's read-only
+        toolchain, service-owned names refused (``sandbox.confine_env``)."""
+        return confine_env(
+            recipe.env, checkout=entry / "src", entry=entry, visible=self.sandbox.visible()
+        )
 
     @contextlib.contextmanager
     def hold(self, key: str) -> Iterator[None]:
@@ -373,6 +379,10 @@ class EnvCache:
                 log, pythonpath = build(dest)
             except InstallError as exc:
                 log_path.write_text(exc.log, encoding="utf-8")
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
+            except ConfigError as exc:  # the recipe's fault, said as such (not a build failure)
+                log_path.write_text(f"{exc}\n", encoding="utf-8")
                 shutil.rmtree(dest, ignore_errors=True)
                 raise
             except Exception as exc:
