@@ -21,12 +21,18 @@ reused until the cache outgrows its size limit, oldest use first.
   driver. A new driver or torch makes new entries; old ones age out.
 - **Trust**: an entry is used only if its marker (written last) is present and
   its content still hashes to the digest recorded at creation (``_digest``:
-  sha256 over every file's path, size and content and every symlink's target;
-  bytecode caches aside); a failed, partial or tampered entry is deleted and
-  rebuilt, never used. Code under test cannot rewrite an entry in the first
-  place: its build runs in the sandbox (``worker/sandbox.py``) with only its own
-  entry writable, and the suite sees every entry read-only; the digest is the
-  second lock, for whatever else may write the cache directory.
+  sha256 over every file's path, size and content and every symlink's target,
+  bytecode included); a failed, partial or tampered entry is deleted, rebuilt and
+  the rebuild said in the run's log and the worker's, never used. Bytecode is
+  part of the entry: every build ends by compiling all of its Python
+  (``compileall``, inside the sandbox for a commit build), so the ``.pyc`` a
+  later import would read is there at creation and covered by the digest, and
+  code runs with ``PYTHONDONTWRITEBYTECODE=1`` and sees the entry read-only
+  (issue 24: bytecode planted after creation was not seen by the digest). Code
+  under test cannot rewrite an entry in the first place: its build runs in the
+  sandbox (``worker/sandbox.py``) with only its own entry writable, and the
+  suite sees every entry read-only; the digest is the second lock, for whatever
+  else may write the cache directory.
 - **Who runs what**: the worker's own pip (released versions: wheels only, no
   code of theirs runs) runs outside the sandbox with a clean environment and no
   user or system configuration; a from-source build (``setup.py``, the recipe's
@@ -45,6 +51,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -63,6 +70,8 @@ from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_
 from kernelwatch.worker import stubs, submodules
 from kernelwatch.worker.process import run_supervised
 from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
+
+logger = logging.getLogger(__name__)
 
 MARKER = ".kw-env.json"
 LAST_USED = ".kw-last-used"
@@ -217,6 +226,7 @@ class EnvCache:
                 argv += ["--find-links", find_links]
             argv += [spec.requirement, *(c.requirement for c in companions)]
             log = _run(argv, dest, {}, timeout, trusted=True)
+            log += _run(_compile_argv(self.python, dest), dest, {}, timeout, trusted=True)
             found = installed_versions(site)
             if found.get(spec.name) != spec.version:
                 raise InstallError(
@@ -284,6 +294,7 @@ class EnvCache:
             else:
                 steps = [(argv, src / recipe.cwd) for argv in recipe.argv(self.python)]
                 paths = tuple(str(src / p) if p else str(src) for p in recipe.pythonpath or ("",))
+            steps.append((_compile_argv(self.python, dest), src))  # bytecode: part of the entry
             for argv, cwd in steps:
                 log += _run(
                     argv,
@@ -368,15 +379,21 @@ class EnvCache:
         start = time.monotonic()
         with _locked(self._lock(key), fcntl.LOCK_EX):
             meta = _read_marker(dest)
-            if meta is not None and intact(dest, meta):
+            damage = damaged(dest, meta) if meta is not None else ""
+            if meta is not None and not damage:
                 _touch(dest)
                 return self._env(key, dest, meta, True, start)
+            note = ""
+            if damage:  # tampered with (or broken): rebuilt, never trusted, and said so
+                note = f"environment {key} failed its integrity check ({damage}); rebuilding\n"
+                logger.warning("%s", note.strip())
             if dest.exists():  # partial, failed or tampered: rebuilt, never trusted
                 shutil.rmtree(dest, ignore_errors=True)
             dest.mkdir(parents=True)
             log_path = self.root / "logs" / f"{key}.log"
             try:
                 log, pythonpath = build(dest)
+                log = note + log
             except InstallError as exc:
                 log_path.write_text(exc.log, encoding="utf-8")
                 shutil.rmtree(dest, ignore_errors=True)
@@ -402,7 +419,6 @@ class EnvCache:
                 "listing": _listing(dest),
                 "digest": _digest(dest),
                 "stamp": _stamp(dest),
-                "bytecode": _bytecode(dest),
             }
             _write_marker(dest, meta)
             _touch(dest)
@@ -564,12 +580,14 @@ def _file_digest(path: Path) -> str:
 
 
 def _walk(root: Path) -> Iterator[tuple[str, int]]:
+    """(path, size) of every regular file below ``root`` but the cache's own markers,
+    bytecode included (symlinks are in the digest, by target)."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
-            if rel in _IGNORED or name.endswith(".pyc") or path.is_symlink():
+            if rel in _IGNORED or path.is_symlink():
                 continue
             yield rel, path.stat().st_size
 
@@ -587,8 +605,9 @@ def _listing(root: Path) -> str:
 def _digest(root: Path) -> str:
     """sha256 over every file's path, size and content, and every symlink's target.
 
-    What the listing cannot see: a file rewritten with its size kept. Costs one
-    read of the entry (measured: see docs/security.md).
+    Every file: bytecode too, which the build compiled (issue 24). What the listing
+    cannot see: a file rewritten with its size kept. Costs one read of the entry
+    (measured: see docs/security.md).
     """
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
@@ -597,11 +616,10 @@ def _digest(root: Path) -> str:
             path = Path(dirpath) / name
             if path.is_symlink():
                 h.update(f"L {path.relative_to(root)}\0{os.readlink(path)}\n".encode())
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
-            if rel in _IGNORED or name.endswith(".pyc"):
+            if rel in _IGNORED:
                 continue
             if path.is_symlink():
                 h.update(f"L {rel}\0{os.readlink(path)}\n".encode())
@@ -619,7 +637,7 @@ def _stamp(root: Path) -> str:
     """
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()  # bytecode included: a rewritten .pyc must trigger a full check
+        dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
@@ -632,47 +650,34 @@ def _stamp(root: Path) -> str:
     return h.hexdigest()
 
 
-def _bytecode(root: Path) -> dict[str, str]:
-    """sha256 of every ``.pyc`` at creation (pip compiles what it installs)."""
-    return {
-        str(p.relative_to(root)): _file_digest(p)
-        for p in sorted(root.rglob("*.pyc"))
-        if p.is_file() and not p.is_symlink()
-    }
-
-
-def _bytecode_kept(root: Path, recorded: Mapping[str, str]) -> bool:
-    """Recorded bytecode is unchanged (deleted is fine: Python recompiles from source).
-
-    Bytecode written later by imports is not damage and not checked; a sandboxed
-    process cannot write an entry, so it cannot plant any either.
-    """
-    for rel, digest in recorded.items():
-        path = root / rel
-        if path.is_symlink():
-            return False
-        if path.exists() and _file_digest(path) != digest:
-            return False
-    return True
-
-
-def intact(dest: Path, meta: dict[str, Any]) -> bool:
-    """The entry still holds what was built, by content hash.
+def damaged(dest: Path, meta: dict[str, Any]) -> str:
+    """Why the entry no longer holds what was built ("" when it does), by content hash.
 
     The stat stamp of the last verification decides whether the content must be
     hashed again; when it must and the content still matches, the new stamp is
     recorded (a cache copied or restored keeps working, after one full check).
     """
-    if not meta.get("digest") or meta.get("listing") != _listing(dest):
-        return False
+    if not meta.get("digest"):
+        return "no content digest recorded"
+    if meta.get("listing") != _listing(dest):
+        return "files were added, removed or resized since it was built"
     stamp = _stamp(dest)
     if meta.get("stamp") == stamp:
-        return True
-    if meta["digest"] != _digest(dest) or not _bytecode_kept(dest, meta.get("bytecode", {})):
-        return False
+        return ""
+    if meta["digest"] != _digest(dest):
+        return "file contents changed since it was built"
     meta["stamp"] = stamp
     _write_marker(dest, meta)
-    return True
+    return ""
+
+
+# Compiles every .py of the entry into its __pycache__ (a file that does not compile is
+# left to fail at import, as it would anyway); -I: nothing of the entry is imported.
+_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=1)"
+
+
+def _compile_argv(python: str, dest: Path) -> list[str]:
+    return [python, "-I", "-c", _COMPILE, str(dest)]
 
 
 def _tree_size(root: Path) -> int:
