@@ -267,7 +267,7 @@ class EnvCache:
             materialize(src)
             log = ""
             if recipe.submodules:
-                log += submodules.update(src, recipe.submodules, mirrors)
+                log += submodules.update(src, recipe.submodules, mirrors, superproject=spec.source)
             if recipe.stub_sources is not None:  # the profile leaves kernels out
                 log += stubs.apply(src, recipe.stub_sources)
             box = self.sandbox
