@@ -32,9 +32,14 @@ its kernels run here, never beside the worker. Two layers:
 code with the clean environment only. ``none`` is for a development machine that
 runs only its own trusted code; with the default, a host where bubblewrap is
 missing or cannot create namespaces fails closed (``SandboxUnavailable``) instead
-of running code unconfined. ``KW_SANDBOX_MEMORY_GB`` (default: 3/4 of the RAM)
-and ``KW_SANDBOX_LOG_MB`` (default 64) set the limits ``worker/process.py``
-enforces. What this does not isolate is listed in ``docs/security.md``.
+of running code unconfined. ``KW_SANDBOX_MEMORY_GB`` (default: 3/4 of the RAM),
+``KW_SANDBOX_PIDS`` (tasks, threads included; default 1024), ``KW_SANDBOX_DISK_GB``
+(default: half the free space, at most 100 GB) and ``KW_SANDBOX_LOG_MB`` (default
+64) set the limits; ``worker/limits.py`` says how each is enforced (a cgroup v2 of
+the sandbox's own, or the fallback), ``worker/process.py`` applies them. The
+sandbox's ``/dev/shm`` is a tmpfs no larger than the memory limit, the rest of
+``/dev`` is read-only, and ``RLIMIT_NPROC``/``RLIMIT_FSIZE`` are set inside it
+(``prlimit``). What this does not isolate is listed in ``docs/security.md``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,13 @@ from kernelwatch.jobs.errors import ConfigError, InfrastructureError
 from kernelwatch.jobs.library import recipe_env
 from kernelwatch.jobs.library.mirror import tool_env
 from kernelwatch.jobs.library.repoconfig import FILE
+from kernelwatch.worker.limits import (
+    DEFAULT_PIDS,
+    SHARED_USER_SANDBOXES,
+    Guard,
+    Limits,
+    host_cgroup,
+)
 
 ALLOWED = (
     "PATH",
@@ -156,6 +168,8 @@ class Sandbox:
     log_cap_bytes: int
     uid: int | None = None  # set when the worker is root: the user the code runs as
     gid: int | None = None
+    pids: int = DEFAULT_PIDS
+    disk_bytes: int = 0  # 0: half the free space where it writes (worker/limits.py)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Sandbox:
@@ -167,16 +181,34 @@ class Sandbox:
         try:
             memory = float(env.get("KW_SANDBOX_MEMORY_GB", "0") or 0) * 1e9
             log_cap = float(env.get("KW_SANDBOX_LOG_MB") or DEFAULT_LOG_MB) * 1e6
+            pids = int(env.get("KW_SANDBOX_PIDS") or DEFAULT_PIDS)
+            disk = float(env.get("KW_SANDBOX_DISK_GB", "0") or 0) * 1e9
         except ValueError as exc:
-            raise ConfigError(f"KW_SANDBOX_MEMORY_GB / KW_SANDBOX_LOG_MB: {exc}") from exc
+            raise ConfigError(f"KW_SANDBOX_MEMORY_GB / _LOG_MB / _PIDS / _DISK_GB: {exc}") from exc
+        if memory < 0 or log_cap <= 0 or pids < 16 or disk < 0:
+            raise ConfigError(
+                "KW_SANDBOX_MEMORY_GB, _LOG_MB and _DISK_GB must be positive (0: the "
+                "default), KW_SANDBOX_PIDS at least 16"
+            )
         uid = gid = None
         if mode == "bwrap" and os.geteuid() == 0:
             uid, gid = sandbox_ids()
-        return cls(mode, int(memory) or default_memory_bytes(), int(log_cap), uid, gid)
+        memory_bytes = int(memory) or default_memory_bytes()
+        return cls(mode, memory_bytes, int(log_cap), uid, gid, pids, int(disk))
 
     @property
     def confined(self) -> bool:
         return self.mode == "bwrap"
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.memory_bytes, self.pids, self.disk_bytes)
+
+    def guard(self, writable: Sequence[Path]) -> Guard:
+        """The limits of one step that writes ``writable``: a cgroup of its own where
+        the host delegates one to the worker, the watchdog otherwise (worker/limits.py)."""
+        parent = host_cgroup() if self.confined else None
+        return Guard.start(self.limits, list(writable), parent, shm=self.confined)
 
     def check(self) -> None:
         """Raise ``SandboxUnavailable`` unless bwrap can start a sandbox here."""
@@ -260,6 +292,10 @@ class Sandbox:
         out += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
         for node in _gpu_nodes():
             out += ["--dev-bind", node, node]
+        # shared memory: a tmpfs of its own, no larger than the memory limit (and counted
+        # in it); the rest of /dev read-only, so no file there escapes the count
+        out += ["--size", str(self.memory_bytes), "--perms", "1777", "--tmpfs", "/dev/shm"]
+        out += ["--remount-ro", "/dev"]
         out += ["--bind", str(scratch), "/tmp"]
         # /tmp is the scratch directory: paths below it are not there unless made
         made: set[str] = {"/tmp"}
@@ -273,8 +309,13 @@ class Sandbox:
         for key, value in sorted(inner.items()):
             out += ["--setenv", key, value]
         out.append("--")
+        out += _shm_forced(strict=self.uid is not None)
+        nproc = self.pids
         if self.uid is not None and self.gid is not None:
             out += _drop_to(self.uid, self.gid)
+            nproc *= SHARED_USER_SANDBOXES  # one user for every sandbox of the host
+        disk = self.limits.disk_for([*writable, scratch])
+        out += ["prlimit", f"--nproc={nproc}:{nproc}", f"--fsize={disk}:{disk}", "--"]
         out += list(argv)
         # bwrap's own init (PID 1 inside) keeps the environment it was started with
         return out, inner
@@ -300,8 +341,18 @@ def default_memory_bytes() -> int:
     return int(pages * 0.75)
 
 
-def describe_memory(limit: int) -> str:
-    return f"out of memory (limit {limit / 1e9:.3g} GB)"
+def _shm_forced(strict: bool) -> list[str]:
+    """A shell step that makes SysV shared memory die with its last user in the
+    sandbox's own IPC namespace (``kernel.shm_rmid_forced``), so no detached segment
+    holds memory no process counts. ``strict`` (a root worker, where the code under
+    test cannot undo it afterwards): the sandbox does not start without it."""
+    step = "echo 1 2>/dev/null > /proc/sys/kernel/shm_rmid_forced"
+    if strict:
+        why = "kernelwatch: cannot set kernel.shm_rmid_forced in the sandbox"
+        script = f'{step} || {{ echo "{why}" >&2; exit 125; }}; exec "$@"'
+    else:
+        script = f'{step}; exec "$@"'
+    return ["sh", "-c", script, "kw-sandbox"]
 
 
 def _drop_to(uid: int, gid: int) -> list[str]:

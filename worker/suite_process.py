@@ -158,7 +158,7 @@ def _one_pass(
             env=env,
             log_path=log_path,
             log_cap=box.log_cap_bytes,
-            memory_limit=box.memory_bytes,
+            guard=box.guard([req.workdir, scratch]),
             watch=CASE_MARKER + " ",
             on_line=on_marker,
             signal_codes=box.confined,
@@ -188,8 +188,8 @@ def _one_pass(
         code = child.finish()
         while marker:  # markers the pump read after the last poll
             current = marker.pop(0)
-        if child.oom and not why:
-            why = f"{child.describe(code)}; runner killed"
+        if child.stopped and not why:
+            why = f"{child.stopped}; runner killed"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return code, current, why

@@ -351,6 +351,7 @@ class EnvCache:
                     if not got:
                         continue  # in use or being built
                     shutil.rmtree(d, ignore_errors=True)
+                    (self.root / "logs" / f"{d.name}.log").unlink(missing_ok=True)
                 total -= sizes[d]
                 removed.append(d.name)
         return removed
@@ -516,11 +517,11 @@ def _run(
     if trusted:
         env.update(tool_env(env))  # no pip.conf, no $HOME of the worker, no secrets
     scratch = None
-    memory = None
+    guard = None
     if sandbox is not None and not trusted:
         scratch = sandbox.scratch(scratch_root or cwd.parent)
         argv, env = sandbox.wrap(argv, cwd=cwd, env=env, scratch=scratch, writable=writable)
-        memory = sandbox.memory_bytes
+        guard = sandbox.guard([*writable, scratch])
     log_dir = Path(tempfile.mkdtemp(prefix="kw-build-log-"))
     try:
         done = run_supervised(
@@ -529,7 +530,7 @@ def _run(
             env=env,
             timeout=timeout,
             log_path=log_dir / "log",
-            memory_limit=memory,
+            guard=guard,
             signal_codes=scratch is not None and sandbox is not None and sandbox.confined,
         )
     finally:
@@ -538,7 +539,7 @@ def _run(
             shutil.rmtree(scratch, ignore_errors=True)
     if done.timed_out:
         raise InstallError(f"build step timed out after {timeout:.0f}s", header + done.log)
-    if done.oom:
+    if done.stopped:
         raise InstallError(f"build step {done.why}: {header[2:].split()[:3]}", header + done.log)
     if done.code != 0:
         what = " ".join(header[2:].split()[:4])

@@ -82,6 +82,8 @@ def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
     (planned,) = plan(factory, settings, make_celery(settings), req)
 
     assert execute(factory, settings, planned.id, worker="test@host") == "succeeded"
+    # issue 24: nothing of the run stays on disk (KW_KEEP_WORK=none, the default)
+    assert not (settings.data_dir / "work" / f"run-{planned.id}").exists()
     with factory() as s:
         run = s.get(Run, planned.id)
         assert run is not None
