@@ -23,7 +23,6 @@ same watchdog over memory alone, for the worker's own trusted tools.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -35,26 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kernelwatch.jobs.lifetime import die_with_parent
 from kernelwatch.worker.limits import Guard, Limits, tree_memory
 from kernelwatch.worker.sandbox import DEFAULT_LOG_MB
 
 TAIL_BYTES = 256_000
 CHUNK = 1 << 16
 POLL_S = 0.1
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
-    """A ``preexec_fn`` that makes the child receive ``sig`` when its parent dies.
-
-    A worker killed with ``kill -9`` cannot kill its children's process groups; without
-    this the suite runner would go on holding the GPU (Linux ``PR_SET_PDEATHSIG``).
-    """
-
-    def preexec() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-
-    return preexec
 
 
 class LogSink:

@@ -498,6 +498,11 @@ def _probe(drop: bool) -> None:
             "bubblewrap (bwrap) is not installed: install it (apt-get install bubblewrap) "
             "or set KW_SANDBOX=none on a development machine that runs only trusted code"
         )
+    if shutil.which("prlimit") is None:
+        raise SandboxUnavailable(
+            "prlimit (util-linux) is not installed: the sandbox sets its process and file "
+            "size limits with it; install util-linux"
+        )
     box = Sandbox("bwrap", 10**9, 10**6, *(sandbox_ids() if drop else (None, None)))
     with tempfile.TemporaryDirectory(prefix="kw-probe-") as tmp:
         scratch = box.scratch(Path(tmp))

@@ -76,7 +76,16 @@ def test_a_recipe_path_outside_the_view_is_refused_when_the_file_is_read(
 
 
 @pytest.mark.parametrize(
-    "key", ["CCACHE_DIR", "PIP_FIND_LINKS", "PIP_INDEX_URL", "HOME", "TMPDIR", "PYTHONPATH"]
+    "key",
+    [
+        "CCACHE_DIR",
+        "PIP_FIND_LINKS",
+        "PIP_INDEX_URL",
+        "HOME",
+        "TMPDIR",
+        "PYTHONPATH",
+        "KW_DATABASE_URL",
+    ],
 )
 def test_service_owned_variables_are_refused_in_a_recipe(key: str) -> None:
     with pytest.raises(ConfigError, match=rf"install\.env\.{key} is set by the service"):
