@@ -20,7 +20,8 @@ import ctypes
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 PR_SET_PDEATHSIG = 1
 
@@ -50,11 +51,21 @@ def bind_to_parent(sig: int = signal.SIGKILL) -> None:
         os.kill(os.getpid(), sig)
 
 
-def group_members(pgid: int) -> list[int]:
-    """Processes of process group ``pgid`` (from /proc), this process excluded."""
-    out = []
+@dataclass(frozen=True)
+class Proc:
+    """One line of the process table, as ``/proc/<pid>/stat`` says it."""
+
+    pid: int
+    state: str  # "R", "S", ... "Z" for a zombie
+    ppid: int
+    pgid: int
+    threads: int
+
+
+def processes() -> Iterator[Proc]:
+    """Every process of this PID namespace, read from ``/proc`` (gone ones skipped)."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
@@ -62,9 +73,13 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            out.append(int(entry))
-    return out
+        yield Proc(int(entry), fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[17]))
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid``, this process excluded."""
+    me = os.getpid()
+    return [p.pid for p in processes() if p.pgid == pgid and p.state != "Z" and p.pid != me]
 
 
 def stop_group(pgid: int, grace_s: float = 30.0) -> None:
@@ -99,4 +114,12 @@ def stop_group_members(grace_s: float = 5.0) -> list[int]:
     return members
 
 
-__all__ = ["bind_to_parent", "die_with_parent", "group_members", "stop_group", "stop_group_members"]
+__all__ = [
+    "Proc",
+    "bind_to_parent",
+    "die_with_parent",
+    "group_members",
+    "processes",
+    "stop_group",
+    "stop_group_members",
+]

@@ -52,6 +52,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwatch.jobs.lifetime import processes
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PIDS = 1024
@@ -245,18 +247,9 @@ class Tree:
 def tree(root: int) -> Tree:
     children: dict[int, list[int]] = {}
     threads: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        pid = int(name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        threads[pid] = int(fields[17])
+    for proc in processes():
+        children.setdefault(proc.ppid, []).append(proc.pid)
+        threads[proc.pid] = proc.threads
     found: list[int] = []
     todo = [root]
     while todo:
