@@ -105,6 +105,8 @@ ALLOWED = (
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "DATABASE_URL", "BROKER_URL")
 __all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "confine_env", "tool_env"]
 SANDBOX_USER = "kernelwatch-sandbox"
+# the whole environment of bwrap and of the set-up steps inside the sandbox
+LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 DEFAULT_LOG_MB = 64
 # /etc entries a toolchain reads; the rest (/etc/kernelwatch/env first) stays out
 _ETC = (
@@ -269,6 +271,12 @@ class Sandbox:
 
         ``env`` should come from ``clean_env``; ``HOME`` and ``TMPDIR`` point into
         ``scratch`` and caches that would outlive the run (Triton's) move there too.
+
+        ``env`` reaches ``argv`` only, never a process of the worker's privilege: bwrap
+        is started with ``LAUNCH_ENV``, and so is the set-up inside the sandbox (a root
+        worker's ``sh`` and ``setpriv`` run as root there); ``env -i`` hands ``env`` to
+        ``argv`` after the drop. A recipe's ``LD_PRELOAD`` or ``LD_LIBRARY_PATH`` would
+        otherwise load a library the build wrote into bwrap itself, outside the sandbox.
         """
         inner = dict(env)
         home = "/tmp/home" if self.confined else str(scratch / "home")
@@ -305,9 +313,7 @@ class Sandbox:
             out += _bind("--ro-bind", Path(path), bound, made, skip_covered=True)
         for path in writable:
             out += _bind("--bind", Path(path), bound, made, skip_covered=False)
-        out += ["--chdir", str(cwd), "--clearenv"]
-        for key, value in sorted(inner.items()):
-            out += ["--setenv", key, value]
+        out += ["--chdir", str(cwd), "--clearenv", "--setenv", "PATH", LAUNCH_ENV["PATH"]]
         out.append("--")
         out += _shm_forced(strict=self.uid is not None)
         nproc = self.pids
@@ -316,9 +322,9 @@ class Sandbox:
             nproc *= SHARED_USER_SANDBOXES  # one user for every sandbox of the host
         disk = self.limits.disk_for([*writable, scratch])
         out += ["prlimit", f"--nproc={nproc}:{nproc}", f"--fsize={disk}:{disk}", "--"]
-        out += list(argv)
-        # bwrap's own init (PID 1 inside) keeps the environment it was started with
-        return out, inner
+        out += ["env", "-i", "--", *(f"{k}={v}" for k, v in sorted(inner.items())), *argv]
+        # bwrap (and its init, PID 1 inside) keep the environment they were started with
+        return out, dict(LAUNCH_ENV)
 
 
 def sandbox_ids() -> tuple[int, int]:
@@ -464,6 +470,8 @@ def confine_env(
     out: dict[str, str] = {}
     for key, value in env.items():
         where = f"{FILE}: install.env.{key}"
+        if not recipe_env.VARIABLE.match(key):
+            raise ConfigError(f"{where} {recipe_env.NOT_A_NAME}")
         if recipe_env.service_owned(key):
             raise ConfigError(f"{where} {recipe_env.why_service_owned(key)}")
 

@@ -65,6 +65,8 @@ SERVICE_NAMES = frozenset(
     }
 )
 SERVICE_PREFIXES = ("PIP_", "CCACHE_", "GIT_", "KW_", "XDG_")
+VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NOT_A_NAME = "is not a variable name (letters, digits and _, not first a digit)"
 # variables that hold a command line (a compiler, a wrapper and the compiler)
 _COMMANDS = frozenset({"CC", "CXX", "CUDAHOSTCXX", "NVCC", "PYTORCH_NVCC", "LD_PRELOAD"})
 _PATH_SUFFIXES = ("PATH", "_HOME", "_ROOT", "_DIR", "_DIRS", "_PREFIX")
@@ -159,6 +161,8 @@ def why_service_owned(key: str) -> str:
 
 __all__ = [
     "NEVER_VISIBLE",
+    "NOT_A_NAME",
+    "VARIABLE",
     "WHERE",
     "entries",
     "normal",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -150,8 +152,6 @@ def test_a_recipe_ccache_dir_is_never_written_or_chowned(tmp_path: Path) -> None
     )
     cache = EnvCache(tmp_path / "envs", TOOLCHAIN, sandbox=_box())
     spec = CommitSpec("https://example.invalid/lib", "c" * 40)
-    import shutil
-
     with pytest.raises(ConfigError, match="install.env.CCACHE_DIR is set by the service"):
         cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
     after = victim.stat()
@@ -204,3 +204,27 @@ def test_every_test_the_threat_model_names_exists() -> None:
         assert f"def {name}(" in current.read_text(), f"{current.name}::{name}"
         named += 1
     assert named >= 25
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build the library")
+def test_the_recipes_environment_never_reaches_a_process_outside_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """A recipe's LD_PRELOAD (or LD_LIBRARY_PATH) naming a library the build wrote reached
+    bwrap itself, started with the run's environment: the library ran outside the
+    sandbox, as the worker (root, for a root worker)."""
+    escaped = tmp_path / "escaped"  # outside every bind: only code outside can write it
+    src = tmp_path / "preload.c"
+    src.write_text(
+        "#include <stdio.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void run(void) {\n"
+        f'  FILE *f = fopen("{escaped}", "a");\n'
+        '  if (f) { fprintf(f, "uid %d\\n", (int)getuid()); fclose(f); }\n}\n'
+    )
+    req = _request(tmp_path, [], _box())
+    lib = req.workdir / "libkw.so"  # where a build step could have written it
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    req.env = clean_env({"LD_PRELOAD": str(lib), "LD_LIBRARY_PATH": str(req.workdir)})
+    outcome = run_suite(req)
+    assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+    assert not escaped.exists(), escaped.read_text()
