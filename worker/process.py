@@ -310,9 +310,13 @@ def run_logged(
 
 
 def read_tail(path: Path, limit: int) -> str:
-    """The last ``limit`` bytes of a file as text (never the whole of a large file)."""
+    """The last ``limit`` bytes of a file as text (never the whole of a large file).
+
+    Never through a symlink: the file lies where code under test writes, and a link
+    planted in its place would have the worker read (and store) whatever it names.
+    """
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - limit))

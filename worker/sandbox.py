@@ -44,6 +44,7 @@ sandbox's ``/dev/shm`` is a tmpfs no larger than the memory limit, the rest of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
@@ -217,7 +218,7 @@ class Sandbox:
         if self.confined:
             _probe(self.uid is not None)
 
-    def owner(self, paths: Sequence[Path], within: Path) -> None:
+    def owner(self, paths: Sequence[Path], within: Path, recursive: bool = True) -> None:
         """Give the sandbox user the paths it must write (a no-op unless the worker is root).
 
         Only paths inside ``within`` (the service's own directory they belong to: the
@@ -234,7 +235,7 @@ class Sandbox:
                 )
         if self.uid is None or self.gid is None:
             return
-        _chown_tree(paths, self.uid, self.gid)
+        _chown_tree(paths, self.uid, self.gid, recursive)
 
     def reclaim(self, paths: Sequence[Path]) -> None:
         """Take back what :meth:`owner` handed over (a finished build's entry), so no
@@ -489,14 +490,19 @@ def confine_env(
     return out
 
 
-def _chown_tree(paths: Sequence[Path], uid: int, gid: int) -> None:
+def _chown_tree(paths: Sequence[Path], uid: int, gid: int, recursive: bool = True) -> None:
+    """chown without following a symlink, not even one swapped in for a directory on
+    the way down (``fwalk`` holds each directory open: names resolve against it)."""
     for top in paths:
         if not top.exists():
             continue
         os.lchown(top, uid, gid)
-        for dirpath, dirnames, filenames in os.walk(top):
+        if not recursive:
+            continue
+        for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
             for name in (*dirnames, *filenames):
-                os.lchown(os.path.join(dirpath, name), uid, gid)
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
 
 
 @functools.cache

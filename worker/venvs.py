@@ -282,7 +282,10 @@ class EnvCache:
                 env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
             deadline = time.monotonic() + (recipe.timeout_s or timeout)
             box.check()
-            box.owner(writable, within=self.root)
+            box.owner([dest], within=self.root)
+            # the shared ccache: its top only, never a walk through what other builds,
+            # running now, may be rearranging under it
+            box.owner(writable[1:], within=self.root, recursive=False)
             scratch_root = self.root / "tmp"
             if recipe.recipe == "pip":
                 site = dest / "site"

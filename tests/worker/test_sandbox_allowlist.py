@@ -228,3 +228,12 @@ def test_the_recipes_environment_never_reaches_a_process_outside_the_sandbox(
     outcome = run_suite(req)
     assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
     assert not escaped.exists(), escaped.read_text()
+
+
+def test_a_log_swapped_for_a_symlink_is_not_followed(tmp_path: Path, secret: Path) -> None:
+    """The runner's log lies where the code writes: a symlink planted in its place had
+    the worker read what it names (as root) into the run's log and the database."""
+    target = secret / "env"
+    outcome = run_suite(_request(tmp_path, [f"c1=swaplog:{target}"], _box()))
+    assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+    assert "whsec-never-readable" not in outcome.log
