@@ -420,9 +420,14 @@ class Guard:
         return self.disk.check(time.monotonic()) if self.disk is not None else ""
 
     def verdict(self) -> str:
-        """After the exit: the limit the kernel enforced, if it ended the step."""
-        if self.cgroup is not None and self.cgroup.events("memory.events").get("oom_kill", 0):
+        """After a failed exit: the limit the kernel enforced, if it met one (a fork
+        refused at ``pids.max`` fails in the program, which then says why less clearly)."""
+        if self.cgroup is None:
+            return ""
+        if self.cgroup.events("memory.events").get("oom_kill", 0):
             return describe_memory(self.limits.memory_bytes)
+        if self.cgroup.events("pids.events").get("max", 0):
+            return describe_pids(self.limits.pids)
         return ""
 
     def close(self) -> None:

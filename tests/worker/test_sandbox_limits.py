@@ -132,6 +132,9 @@ def test_a_delegated_cgroup_gives_each_sandbox_its_own_limits(tmp_path: Path) ->
     (guard.cgroup.path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
     assert guard.check(os.getpid()) == "out of memory (limit 3 GB)"
     assert guard.verdict() == "out of memory (limit 3 GB)"
+    (guard.cgroup.path / "memory.events").write_text("oom_kill 0\n")
+    (guard.cgroup.path / "pids.events").write_text("max 12\n")
+    assert guard.verdict() == "too many processes (limit 512, threads included)"
 
 
 def test_a_cgroup_holding_processes_not_the_services_is_left_alone(tmp_path: Path) -> None:
