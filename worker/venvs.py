@@ -67,6 +67,7 @@ from typing import IO, Any
 from kernelwatch.jobs.errors import ConfigError, InstallError
 from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
+from kernelwatch.jobs.library.repoconfig import FILE
 from kernelwatch.worker import stubs, submodules
 from kernelwatch.worker.process import run_supervised
 from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
@@ -312,6 +313,7 @@ class EnvCache:
             return log, paths
 
         built = self._ensure(material, build)
+        _inside(built)
         return replace(built, run_env=self.recipe_env(recipe, built.path))
 
     def recipe_env(self, recipe: InstallRecipe, entry: Path) -> dict[str, str]:
@@ -439,6 +441,22 @@ class EnvCache:
         return Env(
             key, dest, self.python, pythonpath, cached, time.monotonic() - start, log, summary
         )
+
+
+def _inside(env: Env) -> None:
+    """Every ``pythonpath`` entry resolves inside the environment: the sandbox binds
+    them, and a checkout's symlink (``pythonpath = ["lib"]``, ``lib -> /etc/...``) would
+    otherwise have it bind whatever the link names (issue 24's rule: no path a
+    repository supplies is ever bound)."""
+    top = os.path.realpath(env.path)
+    for entry in env.pythonpath:
+        real = os.path.realpath(entry)
+        if real != top and not real.startswith(top + os.sep):
+            rel = os.path.relpath(entry, env.path / "src")
+            raise ConfigError(
+                f"{FILE}: install.pythonpath entry {rel!r} resolves to {real}, outside the "
+                "checkout; refused"
+            )
 
 
 def installed_versions(site: Path) -> dict[str, str]:

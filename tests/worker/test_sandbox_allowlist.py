@@ -237,3 +237,20 @@ def test_a_log_swapped_for_a_symlink_is_not_followed(tmp_path: Path, secret: Pat
     outcome = run_suite(_request(tmp_path, [f"c1=swaplog:{target}"], _box()))
     assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
     assert "whsec-never-readable" not in outcome.log
+
+
+def test_a_pythonpath_entry_that_links_out_of_the_checkout_is_refused(
+    tmp_path: Path, secret: Path
+) -> None:
+    """The suite binds the recipe's pythonpath entries read-only: a checkout's symlink
+    there had bwrap bind what it names (the service's secrets, say)."""
+    src = tmp_path / "lib"
+    src.mkdir()
+    (src / "lib").symlink_to(secret, target_is_directory=True)
+    recipe = BuildRecipe(recipe="pythonpath", pythonpath=("lib",))
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN, sandbox=_box())
+    spec = CommitSpec("https://example.invalid/lib", "e" * 40)
+    with pytest.raises(
+        ConfigError, match=r"install\.pythonpath entry 'lib' resolves to .*, outside"
+    ):
+        cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d, symlinks=True))
