@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -309,14 +310,25 @@ def run_logged(
     return done.code, done.log, done.timed_out
 
 
-def read_tail(path: Path, limit: int) -> str:
-    """The last ``limit`` bytes of a file as text (never the whole of a large file).
+def open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, if it is a plain file; else ``OSError``.
 
-    Never through a symlink: the file lies where code under test writes, and a link
-    planted in its place would have the worker read (and store) whatever it names.
+    For files where code under test writes: never through a symlink (a link planted
+    there would have the worker read, and store, whatever it names) and never a FIFO
+    (whose open, or read, would block the worker forever).
     """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a plain file")
+    return os.fdopen(fd, "rb")
+
+
+def read_tail(path: Path, limit: int) -> str:
+    """The last ``limit`` bytes of a file as text (never the whole of a large file),
+    opened with :func:`open_regular`."""
     try:
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - limit))

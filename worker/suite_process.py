@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -27,7 +26,13 @@ from typing import Any
 
 from kernelwatch.kernels.record import RecordError, ResultRecord
 from kernelwatch.kernels.runner import CASE_MARKER
-from kernelwatch.worker.process import POLL_S, Supervised, describe_exit, read_tail
+from kernelwatch.worker.process import (
+    POLL_S,
+    Supervised,
+    describe_exit,
+    open_regular,
+    read_tail,
+)
 from kernelwatch.worker.sandbox import Sandbox
 
 MAX_RESTARTS = 50
@@ -210,7 +215,7 @@ class _RecordWatch:
         if _size(self.path) <= self.offset:
             return set()
         try:  # O_NOFOLLOW: the code under test writes this directory
-            fh = os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+            fh = open_regular(self.path)
         except OSError:
             return set()
         with fh:
@@ -255,7 +260,7 @@ def _lines(path: Path, limit: int = 256 * 10**6) -> list[str]:
     out: list[str] = []
     used = 0
     try:  # O_NOFOLLOW: the code under test writes this directory
-        fh = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+        fh = open_regular(path)
     except OSError:
         return out
     with fh:

@@ -55,6 +55,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -69,7 +70,7 @@ from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
 from kernelwatch.jobs.library.repoconfig import FILE
 from kernelwatch.worker import stubs, submodules
-from kernelwatch.worker.process import run_supervised
+from kernelwatch.worker.process import open_regular, run_supervised
 from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
 
 logger = logging.getLogger(__name__)
@@ -466,7 +467,12 @@ def installed_versions(site: Path) -> dict[str, str]:
         return found
     for meta in site.glob("*.dist-info/METADATA"):
         fields: dict[str, str] = {}
-        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            with open_regular(meta) as fh:
+                text = fh.read(1 << 20).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
             if not line.strip():
                 break
             name, sep, value = line.partition(":")
@@ -595,7 +601,7 @@ def _left(deadline: float) -> float:
 
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO a build planted would block the worker
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -609,9 +615,10 @@ def _walk(root: Path) -> Iterator[tuple[str, int]]:
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
-            if rel in _IGNORED or path.is_symlink():
+            st = path.lstat()
+            if rel in _IGNORED or stat.S_ISLNK(st.st_mode):
                 continue
-            yield rel, path.stat().st_size
+            yield rel, st.st_size
 
 
 def _listing(root: Path) -> str:
@@ -643,10 +650,13 @@ def _digest(root: Path) -> str:
             rel = str(path.relative_to(root))
             if rel in _IGNORED:
                 continue
-            if path.is_symlink():
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
                 h.update(f"L {rel}\0{os.readlink(path)}\n".encode())
-                continue
-            h.update(f"F {rel}\0{path.stat().st_size}\0{_file_digest(path)}\n".encode())
+            elif stat.S_ISREG(st.st_mode):
+                h.update(f"F {rel}\0{st.st_size}\0{_file_digest(path)}\n".encode())
+            else:  # a FIFO or socket a build left: recorded, never opened
+                h.update(f"O {rel}\0{stat.S_IFMT(st.st_mode)}\n".encode())
     return h.hexdigest()
 
 

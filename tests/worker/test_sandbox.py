@@ -122,6 +122,12 @@ for cid in ("c1", "c2", "c3"):
             if name.startswith("runner-") and name.endswith(".log"):
                 os.unlink(name)
                 os.symlink(arg, name)
+    elif act == "fifo":  # the worker's log of this pass and the records file become FIFOs
+        for name in os.listdir("."):
+            if name.startswith("runner-") and name.endswith(".log"):
+                os.unlink(name)
+                os.mkfifo(name)
+        os.mkfifo("planted.fifo")
     elif act == "read":  # arg: paths separated by "|"; prints what each gave
         seen = {}
         for path in arg.split("|"):

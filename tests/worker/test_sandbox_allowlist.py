@@ -254,3 +254,18 @@ def test_a_pythonpath_entry_that_links_out_of_the_checkout_is_refused(
         ConfigError, match=r"install\.pythonpath entry 'lib' resolves to .*, outside"
     ):
         cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d, symlinks=True))
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_where_the_worker_reads_does_not_block_it(tmp_path: Path) -> None:
+    """A FIFO planted in place of the runner's log (or in an environment the worker
+    hashes) blocked the worker's open forever: the run hung, its heartbeat still beating."""
+    outcome = run_suite(_request(tmp_path, ["c1=fifo"], _box()))
+    assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+    from kernelwatch.worker.venvs import _digest, _listing
+
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    (entry / "a.py").write_text("A = 1\n")
+    os.mkfifo(entry / "pipe")
+    assert _digest(entry) and _listing(entry)  # recorded, never opened
