@@ -16,9 +16,10 @@ limited processes (1,500 created, counted against the worker's own user) or disk
   (``worker/sandbox.py``), and the watchdog counts, every poll, the proportional
   anonymous *and* shared memory of every process of the tree
   (``/proc/<pid>/smaps_rollup``: ``Pss_Anon + Pss_Shmem``) plus what lies in that
-  ``/dev/shm``; a root worker also makes SysV segments die with their last user
-  (``kernel.shm_rmid_forced=1`` in the sandbox's own IPC namespace, set before it
-  drops to the sandbox user), so none outlives every process unseen. Processes:
+  ``/dev/shm`` and in the memfds its processes hold open; a root worker also makes
+  SysV segments die with their last user (``kernel.shm_rmid_forced=1`` in the
+  sandbox's own IPC namespace, set before it drops to the sandbox user), so none
+  outlives every process unseen. Processes:
   ``RLIMIT_NPROC`` set inside the sandbox (``prlimit``), which in the user
   namespace of an unprivileged worker counts the sandbox's own tasks only; a root
   worker's sandboxes share one user, so there the watchdog counts the tree's tasks
@@ -304,9 +305,34 @@ def tree_memory(root: int, shm: bool = False, limit: int | None = None) -> int:
     return _memory(tree(root), shm, limit)
 
 
+def memfd_bytes(pids: Sequence[int]) -> int:
+    """Bytes held by the memfds (``memfd_create``) the processes keep open, each once.
+
+    A memfd written and never mapped is shared memory no process's mappings show."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                if not os.readlink(link).startswith("/memfd:"):
+                    continue
+                st = os.stat(link)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
 def _memory(found: Tree, shm: bool, limit: int | None) -> int:
     inner = found.pids[1:]  # the sandbox's processes (the root is bwrap, outside it)
-    extra = tmpfs_used(inner[0]) if shm and inner else 0
+    extra = (tmpfs_used(inner[0]) if shm and inner else 0) + memfd_bytes(found.pids)
     if limit is not None:
         bound = extra + sum(process_memory(p, exact=False) for p in found.pids)
         if bound <= limit:

@@ -83,6 +83,11 @@ for cid in ("c1", "c2", "c3"):
             if off % (32 << 20) == 0:
                 time.sleep(0.01)
         time.sleep(30)
+    elif act == "memfd":  # arg MB written to a memfd, never mapped
+        fd = os.memfd_create("kw-flood")
+        for _ in range(int(arg)):
+            os.write(fd, b"\1" * (1 << 20))
+        time.sleep(30)
     elif act == "devshm":  # arg MB written to /dev/shm, kept
         try:
             with open("/dev/shm/kw-flood", "wb") as fh:

@@ -39,7 +39,7 @@ def _left_with(tag: str) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("act", ["mapshared", "devshm"])
+@pytest.mark.parametrize("act", ["mapshared", "devshm", "memfd"])
 def test_shared_memory_over_the_limit_reads_out_of_memory(tmp_path: Path, act: str) -> None:
     """2.5 GB of MAP_SHARED or of /dev/shm passed a 1 GB limit (only private pages counted)."""
     limit = 300 * 10**6
