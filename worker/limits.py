@@ -28,8 +28,9 @@ limited processes (1,500 created, counted against the worker's own user) or disk
 
 Disk, in both: ``RLIMIT_FSIZE`` (no single file larger than the limit) and the
 watchdog's walk over the directories the sandbox may write (``st_blocks`` of every
-inode once), at most every :data:`DISK_EVERY_S` and never more often than ten times
-the walk's own cost; what was there when the step began does not count. A
+inode once, at least 4 kB each: inodes run out too), at most every
+:data:`DISK_EVERY_S` and never more often than ten times the walk's own cost; what
+was there when the step began does not count. A
 directory it cannot read (``chmod 000`` by the code) stops the tree too: what
 cannot be measured is not allowed to grow. What is left after a run is removed by
 the executor (``KW_KEEP_WORK``).
@@ -382,7 +383,8 @@ class DiskWatch:
                         if key in seen:
                             continue
                         seen.add(key)
-                        total += st.st_blocks * 512
+                        # at least a block: a million empty files exhaust the inodes
+                        total += max(st.st_blocks * 512, 4096)
                         if entry.is_dir(follow_symlinks=False):
                             todo.append(Path(entry.path))
             except FileNotFoundError:

@@ -117,6 +117,11 @@ for cid in ("c1", "c2", "c3"):
         except OSError as exc:
             print(f"FORK refused after {made}: {exc}", flush=True)
         time.sleep(30)
+    elif act == "inodes":  # arg thousands of empty files in the work directory
+        os.mkdir("many")
+        for i in range(int(arg) * 1000):
+            open(f"many/{i}", "w").close()
+        time.sleep(30)
     elif act == "disk":  # arg MB written to the work directory, in 8 MB files
         for i in range(int(arg) // 8):
             with open(f"flood-{i}", "wb") as fh:
