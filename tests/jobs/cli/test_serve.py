@@ -104,3 +104,42 @@ def test_serve_starts_all_parts_and_stops_them_together(tmp_path: Path, how: str
         for pid in everything:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_started_for_a_command_dies_with_it(tmp_path: Path) -> None:
+    """The demo and the tests start a worker of their own (jobs/cli/processes.py); a
+    killed test run left one consuming its queue for good, taking other runs' messages."""
+    code = (
+        "import sys, time\n"
+        "from kernelwatch.db.config import Settings\n"
+        "from kernelwatch.jobs.cli.processes import start_worker\n"
+        "s = Settings(data_dir=sys.argv[1]); s.ensure_dirs()\n"
+        "print(start_worker(s, queue='kw-orphan-test', name='orphan').pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "data")], stdout=subprocess.PIPE, text=True
+    )
+    everything: list[int] = []
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(everything := [worker, *_descendants(worker)]) < 2:  # its pool child
+            assert time.monotonic() < deadline, "the worker did not start its pool"
+            time.sleep(0.5)
+        parent.kill()  # no clean-up of its own runs
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(_gone(p) for p in everything):
+            time.sleep(0.5)
+        assert [p for p in everything if not _gone(p)] == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+        for pid in everything:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
