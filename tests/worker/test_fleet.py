@@ -36,6 +36,7 @@ from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import FINAL_STATES, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.lifetime import die_with_parent
 from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
 from kernelwatch.jobs.planning.cancel import cancel_runs
 from kernelwatch.jobs.planning.plan import RunRequest, plan
@@ -387,8 +388,13 @@ class Fleet:
         argv = [sys.executable, "-m", "kernelwatch.jobs.cli.main", "worker", "--queues", queue]
         argv += ["--name", f"{name}@%h", "--loglevel", "INFO"]
         with open(log, "ab") as fh:
-            proc = subprocess.Popen(
-                argv, env=base, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            proc = subprocess.Popen(  # a killed test run takes its workers along
+                argv,
+                env=base,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
         w = Worker(name, proc, data_dir, log)
         self.workers.append(w)
