@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # An air-gapped host: from-source builds fail fast instead of reaching for the
     # network (pip without an index, git over file:// only; worker/venvs.py).
     offline: bool = False
+    # What stays of a run's work directory when it ends (worker/workdirs.py): none, the
+    # directories of runs that did not succeed (failed), or all; kept ones go after a day.
+    keep_work: Literal["none", "failed", "all"] = "none"
     # Default minimum effect (relative, 1 %), the confidence of one measurement's interval,
     # and what an inconclusive case makes of its run: the rule's own defaults
     # (kernelwatch.kernels.verdict), so service, CLI and deploy examples agree.

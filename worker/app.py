@@ -5,7 +5,8 @@ Tasks are thin: they take a run id and call the executor. Infrastructure errors
 results and never retried. A run another live worker holds (a redelivered
 message) is retried after the lease would have gone stale; a cancelled run ends
 quietly; a run past the task's soft time limit is recorded as ``error``.
-Heartbeats, health checks and the run lease live in ``worker/heartbeat.py``.
+Heartbeats, health checks and the run lease live in ``worker/heartbeat.py``. The main
+process also runs the reconciler (``jobs/planning/reconcile.py``), as the API does.
 
 ``selftest`` (a worker's direct queue, sent by ``kernelwatch beat``) runs the nightly timer
 self-test of the worker's card (``worker/selftest.py``).
@@ -17,17 +18,20 @@ retries and never fails: whatever goes wrong is logged and the step builds itsel
 
 from __future__ import annotations
 
+import atexit
 import logging
 import socket
 
-from celery import Task
+from celery import Task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.session import session_factory
 from kernelwatch.jobs.errors import InfrastructureError
+from kernelwatch.jobs.lifetime import stop_group_members
 from kernelwatch.jobs.planning.broker import BUILD_AHEAD, EXECUTE_RUN, make_celery
+from kernelwatch.jobs.planning.reconcile import ReconcilerThread
 from kernelwatch.jobs.planning.scheduled import SELFTEST_TASK
 from kernelwatch.worker import fleetconfig
 from kernelwatch.worker.executor import abandon, execute
@@ -44,6 +48,27 @@ fleetconfig.configure(app, fleet)
 heartbeats = Heartbeats(app, settings, fleet).install()
 # the scheduler's budget comes with each message; this is for one sent by hand
 SELFTEST_BUDGET_S = 20.0
+
+_duties: list[ReconcilerThread] = []
+
+
+def _start_fleet_duties(**_: object) -> None:
+    """Main process: the reconciler runs here too (issue 24: a deployment of workers
+    without the API healed nothing), one pass per interval fleet-wide; and whatever is
+    left of our process group goes when we exit."""
+    atexit.register(stop_group_members)
+    thread = ReconcilerThread.for_settings(session_factory(), app, settings)
+    thread.start()
+    _duties.append(thread)
+
+
+def _stop_fleet_duties(**_: object) -> None:
+    while _duties:
+        _duties.pop().stop()
+
+
+signals.worker_ready.connect(_start_fleet_duties, weak=False)
+signals.worker_shutdown.connect(_stop_fleet_duties, weak=False)
 
 
 @app.task(  # type: ignore[untyped-decorator]
@@ -71,6 +96,15 @@ def execute_run(self: Task, run_id: int) -> str:
             settings,
             run_id,
             f"task exceeded its time limit of {fleet.soft_time_limit_s:.0f} s",
+        )
+    except (OperationalError, InfrastructureError):
+        raise  # retried (autoretry_for)
+    except Exception as exc:
+        # A defect of ours, not the run's: end it now with what happened, instead of
+        # leaving it "running" until the reconciler calls the worker dead three times.
+        log.exception("run %s failed with an unexpected error", run_id)
+        return abandon(
+            session_factory(), settings, run_id, f"internal error: {type(exc).__name__}: {exc}"
         )
 
 

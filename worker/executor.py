@@ -50,7 +50,7 @@ from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.planning.resolve import Configs, install_of, resolve
 from kernelwatch.jobs.retry import retrying
 from kernelwatch.kernels.record import ResultRecord
-from kernelwatch.worker import cardlock, recipes, submodules, venvs
+from kernelwatch.worker import cardlock, recipes, submodules, venvs, workdirs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env
@@ -91,6 +91,7 @@ def execute(
         baseline_sha = run.baseline_sha
         trigger = run.trigger
     workdir = settings.data_dir / "work" / f"run-{run_id}"
+    status = ""  # how this measurement ended: what KW_KEEP_WORK keeps its work directory by
     mirror: Mirror | None = None
     checkout = workdir / "src"
     selected: tuple[str, ...] = ()  # [suites] kernels, when the file's selection applies
@@ -140,7 +141,7 @@ def execute(
             req = SuiteRequest(
                 python=env.python,
                 pythonpath=env.pythonpath,
-                env=clean_env(recipe.env),
+                env=clean_env(env.run_env),  # the recipe's, checked (worker/sandbox.py)
                 workdir=workdir / "suite",
                 suites=suites,
                 # ``run --impl`` (a repro command names the module it measured) wins
@@ -168,24 +169,27 @@ def execute(
             )
         # a resumed run's earlier records are not in this outcome: judge the selection fresh only
         why = outcome.aborted or ("" if already else _unmatched(selected, req.suites, outcome))
-        return _patiently(
-            patience,
-            lambda: _finish(
-                factory,
-                settings,
-                run_id,
-                "succeeded" if not why else "error",
-                why,
-                runner_log=outcome.log,
-            ),
+        return (
+            status := _patiently(
+                patience,
+                lambda: _finish(
+                    factory,
+                    settings,
+                    run_id,
+                    "succeeded" if not why else "error",
+                    why,
+                    runner_log=outcome.log,
+                ),
+            )
         )
     except InstallError as exc:
-        return _finish(factory, settings, run_id, "failed", str(exc), build_log=exc.log)
+        return (status := _finish(factory, settings, run_id, "failed", str(exc), build_log=exc.log))
     except (SourceError, CommitNotFound, ConfigError) as exc:
-        return _finish(factory, settings, run_id, "error", str(exc))
+        return (status := _finish(factory, settings, run_id, "error", str(exc)))
     finally:
         if mirror is not None and checkout.exists():
             mirror.remove_worktree(checkout)
+        workdirs.release(workdir, status, settings.keep_work)  # issue 24: nothing left behind
 
 
 def _commit_env(

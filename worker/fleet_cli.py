@@ -37,10 +37,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kernelwatch.jobs.lifetime import die_with_parent
 from kernelwatch.jobs.planning.broker import worker_argv
 from kernelwatch.jobs.planning.queues import queue_for
 from kernelwatch.worker import gpus
-from kernelwatch.worker.process import die_with_parent
 
 BACKOFF_MAX_S = 60.0
 STABLE_S = 600.0

@@ -56,6 +56,7 @@ from kernelwatch.db.fleet import WorkerHeartbeat, beat
 from kernelwatch.db.models import Run
 from kernelwatch.db.session import engine_for, session_factory
 from kernelwatch.jobs.errors import KernelwatchError
+from kernelwatch.jobs.lifetime import bind_to_parent
 from kernelwatch.jobs.planning.broker import EXECUTE_RUN
 from kernelwatch.worker import gpus, health
 from kernelwatch.worker.fleetconfig import FleetConfig
@@ -295,6 +296,7 @@ class Heartbeats:
         # Connections inherited from the parent must not be shared across the fork.
         engine_for(self.settings.resolved_database_url).dispose(close=False)
         no_dumps()
+        bind_to_parent()  # a killed main process takes its pool child along (issue 24)
 
     def on_prerun(self, task: Any = None, args: Any = None, **_: Any) -> None:
         if getattr(task, "name", None) != EXECUTE_RUN or not args:

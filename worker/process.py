@@ -12,20 +12,20 @@ disk and a few hundred kB of worker memory. The pump also hands lines that start
 with a watched prefix (the suite runner's case markers) to a callback, capped
 log or not.
 
-The memory limit is a watchdog over the anonymous resident memory of the whole
-process tree (``/proc/<pid>/statm``, every poll): it works on any kernel, cgroup
-v1 or v2, delegated or not, and a tree over the limit is killed and reported as
-``out of memory (limit N GB)``, not as a bare SIGKILL. It samples, so a fast
-allocator can overshoot by what it allocates in one poll interval (0.1 s); the
-kernel's own OOM killer stays the backstop.
+Limits are a :class:`~kernelwatch.worker.limits.Guard` (memory with shared and
+tmpfs pages, processes, disk; a cgroup v2 of its own where the host delegates one,
+the watchdog otherwise): checked every poll, a tree over a limit is killed and
+reported as what it hit (``out of memory (limit N GB)``, ``too many processes``,
+``disk limit exceeded``), not as a bare SIGKILL. A plain ``memory_limit`` is the
+same watchdog over memory alone, for the worker's own trusted tools.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -35,26 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kernelwatch.worker.sandbox import DEFAULT_LOG_MB, describe_memory
+from kernelwatch.jobs.lifetime import die_with_parent
+from kernelwatch.worker.limits import Guard, Limits, tree_memory
+from kernelwatch.worker.sandbox import DEFAULT_LOG_MB
 
 TAIL_BYTES = 256_000
 CHUNK = 1 << 16
 POLL_S = 0.1
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
-    """A ``preexec_fn`` that makes the child receive ``sig`` when its parent dies.
-
-    A worker killed with ``kill -9`` cannot kill its children's process groups; without
-    this the suite runner would go on holding the GPU (Linux ``PR_SET_PDEATHSIG``).
-    """
-
-    def preexec() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-
-    return preexec
 
 
 class LogSink:
@@ -149,31 +136,9 @@ class LogSink:
         self._partial = rest if len(rest) <= 4096 else b""
 
 
-def tree_anon_bytes(root: int) -> int:
-    """Anonymous resident memory of ``root`` and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-    total = 0
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as fh:
-                fields = fh.read().split()
-        except OSError:
-            continue
-        total += max(0, int(fields[1]) - int(fields[2])) * _PAGE
-    return total
+def tree_memory_bytes(root: int) -> int:
+    """Anonymous and shared memory of ``root`` and all its descendants (from /proc)."""
+    return tree_memory(root)
 
 
 class Supervised:
@@ -191,11 +156,22 @@ class Supervised:
         watch: str | None = None,
         on_line: Callable[[str], None] | None = None,
         signal_codes: bool = False,
+        guard: Guard | None = None,
     ) -> None:
-        self.memory_limit = memory_limit
+        if guard is None and memory_limit:
+            guard = Guard(Limits(memory_limit), count_tasks=False)
+        self.guard = guard
         # bwrap reports a child killed by signal N as exit code 128 + N, like a shell
         self.signal_codes = signal_codes
-        self.oom = False
+        self.stopped = ""  # the limit that stopped the tree, when one did
+        die = die_with_parent()
+        enter = guard.preexec() if guard is not None else None
+
+        def preexec() -> None:
+            die()
+            if enter is not None:
+                enter()  # the step's own cgroup, before anything of it runs
+
         self.proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -204,7 +180,7 @@ class Supervised:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
+            preexec_fn=preexec,
         )
         assert self.proc.stdout is not None
         self.sink = LogSink(
@@ -215,13 +191,18 @@ class Supervised:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def oom(self) -> bool:
+        return self.stopped.startswith("out of memory")
+
     def poll(self) -> int | None:
-        """The exit code, or None while it runs; kills a tree that is over its memory limit."""
+        """The exit code, or None while it runs; kills a tree that is over a limit."""
         code = self.proc.poll()
-        if code is None and self.memory_limit and tree_anon_bytes(self.pid) > self.memory_limit:
-            self.oom = True
-            self.kill()
-            code = self.proc.poll()
+        if code is None and self.guard is not None and not self.stopped:
+            self.stopped = self.guard.check(self.pid)
+            if self.stopped:
+                self.kill()
+                code = self.proc.poll()
         return code
 
     def kill(self) -> None:
@@ -239,14 +220,16 @@ class Supervised:
             self.kill()
             self.sink.join(5.0)
         code = self.proc.returncode if self.proc.returncode is not None else -9
+        if self.guard is not None:
+            if not self.stopped and code != 0:
+                self.stopped = self.guard.verdict()
+            self.guard.close()
         if self.signal_codes and 128 < code <= 128 + 64:
             return -(code - 128)
         return code
 
     def describe(self, code: int | None) -> str:
-        if self.oom and self.memory_limit:
-            return describe_memory(self.memory_limit)
-        return describe_exit(code)
+        return self.stopped or describe_exit(code)
 
 
 @dataclass(frozen=True)
@@ -258,6 +241,7 @@ class Finished:
     timed_out: bool
     oom: bool
     why: str
+    stopped: str = ""  # the limit that stopped it (memory, processes, disk), if one did
 
 
 def run_supervised(
@@ -271,6 +255,7 @@ def run_supervised(
     memory_limit: int | None = None,
     log_limit: int = 200_000,
     signal_codes: bool = False,
+    guard: Guard | None = None,
 ) -> Finished:
     """Run to completion under the limits; the log's last ``log_limit`` characters."""
     child = Supervised(
@@ -281,6 +266,7 @@ def run_supervised(
         log_cap=log_cap,
         memory_limit=memory_limit,
         signal_codes=signal_codes,
+        guard=guard,
     )
     deadline = time.monotonic() + timeout
     timed_out = False
@@ -294,9 +280,9 @@ def run_supervised(
     why = ""
     if timed_out:
         why = f"timed out after {timeout:.0f}s"
-    elif child.oom or code != 0:
+    elif child.stopped or code != 0:
         why = child.describe(code)
-    return Finished(code, read_tail(log_path, log_limit), timed_out, child.oom, why)
+    return Finished(code, read_tail(log_path, log_limit), timed_out, child.oom, why, child.stopped)
 
 
 def run_logged(
@@ -324,10 +310,25 @@ def run_logged(
     return done.code, done.log, done.timed_out
 
 
+def open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, if it is a plain file; else ``OSError``.
+
+    For files where code under test writes: never through a symlink (a link planted
+    there would have the worker read, and store, whatever it names) and never a FIFO
+    (whose open, or read, would block the worker forever).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a plain file")
+    return os.fdopen(fd, "rb")
+
+
 def read_tail(path: Path, limit: int) -> str:
-    """The last ``limit`` bytes of a file as text (never the whole of a large file)."""
+    """The last ``limit`` bytes of a file as text (never the whole of a large file),
+    opened with :func:`open_regular`."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - limit))

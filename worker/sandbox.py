@@ -15,7 +15,14 @@ its kernels run here, never beside the worker. Two layers:
   write (a build's entry, a suite's work directory) writable, the
   environments it runs read-only, a fresh ``$HOME`` and ``/tmp`` and the NVIDIA
   device nodes. Mirrors, caches, the data directory, ``/root``, ``/home``,
-  ``/run`` and ``/etc/kernelwatch`` are simply absent.
+  ``/run`` and ``/etc/kernelwatch`` are simply absent. The view is an allow-list
+  the service decides (issue 24): no path that comes from an environment variable
+  the recipe can set is ever bound; the toolchain directories are the worker's own
+  (its interpreter, ``CUDA_HOME``, ``PATH`` and ``LD_LIBRARY_PATH`` as the service
+  was started with them), each resolved with ``realpath`` before it is judged.
+  A recipe's path-like variables are checked against that view
+  (:func:`confine_env`): inside the checkout, its environment, or the read-only
+  toolchain, anything else a ``ConfigError`` naming the key.
   A worker running as root runs the code as ``kernelwatch-sandbox`` (or
   ``nobody`` where that user does not exist), through ``setpriv`` with every
   capability dropped and ``no_new_privs``; an unprivileged worker's bwrap uses a
@@ -25,13 +32,19 @@ its kernels run here, never beside the worker. Two layers:
 code with the clean environment only. ``none`` is for a development machine that
 runs only its own trusted code; with the default, a host where bubblewrap is
 missing or cannot create namespaces fails closed (``SandboxUnavailable``) instead
-of running code unconfined. ``KW_SANDBOX_MEMORY_GB`` (default: 3/4 of the RAM)
-and ``KW_SANDBOX_LOG_MB`` (default 64) set the limits ``worker/process.py``
-enforces. What this does not isolate is listed in ``docs/security.md``.
+of running code unconfined. ``KW_SANDBOX_MEMORY_GB`` (default: 3/4 of the RAM),
+``KW_SANDBOX_PIDS`` (tasks, threads included; default 1024), ``KW_SANDBOX_DISK_GB``
+(default: half the free space, at most 100 GB) and ``KW_SANDBOX_LOG_MB`` (default
+64) set the limits; ``worker/limits.py`` says how each is enforced (a cgroup v2 of
+the sandbox's own, or the fallback), ``worker/process.py`` applies them. The
+sandbox's ``/dev/shm`` is a tmpfs no larger than the memory limit, the rest of
+``/dev`` is read-only, and ``RLIMIT_NPROC``/``RLIMIT_FSIZE`` are set inside it
+(``prlimit``). What this does not isolate is listed in ``docs/security.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
@@ -44,7 +57,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError
+from kernelwatch.jobs.library import recipe_env
 from kernelwatch.jobs.library.mirror import tool_env
+from kernelwatch.jobs.library.repoconfig import FILE
+from kernelwatch.worker.limits import (
+    DEFAULT_PIDS,
+    SHARED_USER_SANDBOXES,
+    Guard,
+    Limits,
+    host_cgroup,
+)
 
 ALLOWED = (
     "PATH",
@@ -69,7 +91,6 @@ ALLOWED = (
     "NVCC_THREADS",
     "CC",
     "CXX",
-    "CCACHE_DIR",
     "PIP_INDEX_URL",
     "PIP_FIND_LINKS",
     "PIP_NO_INDEX",
@@ -83,8 +104,10 @@ ALLOWED = (
     "OPENBLAS_L2_SIZE",
 )
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "DATABASE_URL", "BROKER_URL")
-__all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "tool_env"]
+__all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "confine_env", "tool_env"]
 SANDBOX_USER = "kernelwatch-sandbox"
+# the whole environment of bwrap and of the set-up steps inside the sandbox
+LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 DEFAULT_LOG_MB = 64
 # /etc entries a toolchain reads; the rest (/etc/kernelwatch/env first) stays out
 _ETC = (
@@ -148,6 +171,8 @@ class Sandbox:
     log_cap_bytes: int
     uid: int | None = None  # set when the worker is root: the user the code runs as
     gid: int | None = None
+    pids: int = DEFAULT_PIDS
+    disk_bytes: int = 0  # 0: half the free space where it writes (worker/limits.py)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Sandbox:
@@ -159,41 +184,79 @@ class Sandbox:
         try:
             memory = float(env.get("KW_SANDBOX_MEMORY_GB", "0") or 0) * 1e9
             log_cap = float(env.get("KW_SANDBOX_LOG_MB") or DEFAULT_LOG_MB) * 1e6
+            pids = int(env.get("KW_SANDBOX_PIDS") or DEFAULT_PIDS)
+            disk = float(env.get("KW_SANDBOX_DISK_GB", "0") or 0) * 1e9
         except ValueError as exc:
-            raise ConfigError(f"KW_SANDBOX_MEMORY_GB / KW_SANDBOX_LOG_MB: {exc}") from exc
+            raise ConfigError(f"KW_SANDBOX_MEMORY_GB / _LOG_MB / _PIDS / _DISK_GB: {exc}") from exc
+        if memory < 0 or log_cap <= 0 or pids < 16 or disk < 0:
+            raise ConfigError(
+                "KW_SANDBOX_MEMORY_GB, _LOG_MB and _DISK_GB must be positive (0: the "
+                "default), KW_SANDBOX_PIDS at least 16"
+            )
         uid = gid = None
         if mode == "bwrap" and os.geteuid() == 0:
             uid, gid = sandbox_ids()
-        return cls(mode, int(memory) or default_memory_bytes(), int(log_cap), uid, gid)
+        memory_bytes = int(memory) or default_memory_bytes()
+        return cls(mode, memory_bytes, int(log_cap), uid, gid, pids, int(disk))
 
     @property
     def confined(self) -> bool:
         return self.mode == "bwrap"
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.memory_bytes, self.pids, self.disk_bytes)
+
+    def guard(self, writable: Sequence[Path]) -> Guard:
+        """The limits of one step that writes ``writable``: a cgroup of its own where
+        the host delegates one to the worker, the watchdog otherwise (worker/limits.py)."""
+        parent = host_cgroup() if self.confined else None
+        return Guard.start(self.limits, list(writable), parent, shm=self.confined)
 
     def check(self) -> None:
         """Raise ``SandboxUnavailable`` unless bwrap can start a sandbox here."""
         if self.confined:
             _probe(self.uid is not None)
 
-    def owner(self, paths: Sequence[Path]) -> None:
-        """Give the sandbox user the paths it must write (a no-op unless the worker is root)."""
+    def owner(self, paths: Sequence[Path], within: Path, recursive: bool = True) -> None:
+        """Give the sandbox user the paths it must write (a no-op unless the worker is root).
+
+        Only paths inside ``within`` (the service's own directory they belong to: the
+        environment cache, the run's work directory) are ever handed over; anything
+        else is refused, whatever asked for it (issue 24: a recipe's ``CCACHE_DIR``
+        had a root worker chown a root-only directory to the sandbox user).
+        """
+        top_dir = os.path.realpath(within)
+        for top in paths:
+            real = os.path.realpath(top)
+            if not recipe_env.under(real, top_dir):
+                raise ConfigError(
+                    f"refusing to hand {top} to the sandbox user: not inside {within}"
+                )
         if self.uid is None or self.gid is None:
             return
-        for top in paths:
-            if not top.exists():
-                continue
-            os.lchown(top, self.uid, self.gid)
-            for dirpath, dirnames, filenames in os.walk(top):
-                for name in (*dirnames, *filenames):
-                    os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+        _chown_tree(paths, self.uid, self.gid, recursive)
+
+    def reclaim(self, paths: Sequence[Path]) -> None:
+        """Take back what :meth:`owner` handed over (a finished build's entry), so no
+        later sandbox, running as the same user, may write it."""
+        if self.uid is None:
+            return
+        _chown_tree(paths, os.geteuid(), os.getegid())
 
     def scratch(self, parent: Path) -> Path:
         """A fresh directory under ``parent`` that becomes the sandbox's ``/tmp`` and ``$HOME``."""
         parent.mkdir(parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix="sandbox-", dir=parent))
         (path / "home").mkdir()
-        self.owner([path])
+        self.owner([path], within=parent)
         return path
+
+    def visible(self) -> list[str]:
+        """Real paths of the read-only directories every sandbox shows: the system's
+        tool directories and the toolchain the service configures."""
+        tops = [os.path.realpath(Path("/") / name) for name in _SYSTEM]
+        return [*dict.fromkeys(tops + [os.path.realpath(p) for p in _tool_paths()])]
 
     def wrap(
         self,
@@ -209,6 +272,12 @@ class Sandbox:
 
         ``env`` should come from ``clean_env``; ``HOME`` and ``TMPDIR`` point into
         ``scratch`` and caches that would outlive the run (Triton's) move there too.
+
+        ``env`` reaches ``argv`` only, never a process of the worker's privilege: bwrap
+        is started with ``LAUNCH_ENV``, and so is the set-up inside the sandbox (a root
+        worker's ``sh`` and ``setpriv`` run as root there); ``env -i`` hands ``env`` to
+        ``argv`` after the drop. A recipe's ``LD_PRELOAD`` or ``LD_LIBRARY_PATH`` would
+        otherwise load a library the build wrote into bwrap itself, outside the sandbox.
         """
         inner = dict(env)
         home = "/tmp/home" if self.confined else str(scratch / "home")
@@ -232,24 +301,31 @@ class Sandbox:
         out += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
         for node in _gpu_nodes():
             out += ["--dev-bind", node, node]
+        # shared memory: a tmpfs of its own, no larger than the memory limit (and counted
+        # in it); the rest of /dev read-only, so no file there escapes the count
+        out += ["--size", str(self.memory_bytes), "--perms", "1777", "--tmpfs", "/dev/shm"]
+        out += ["--remount-ro", "/dev"]
         out += ["--bind", str(scratch), "/tmp"]
         # /tmp is the scratch directory: paths below it are not there unless made
         made: set[str] = {"/tmp"}
-        for path in _tool_paths(inner):
+        for path in _tool_paths():  # the service's own, never the recipe's (issue 24)
             out += _bind("--ro-bind", path, bound, made, skip_covered=True)
         for path in readonly:
             out += _bind("--ro-bind", Path(path), bound, made, skip_covered=True)
         for path in writable:
             out += _bind("--bind", Path(path), bound, made, skip_covered=False)
-        out += ["--chdir", str(cwd), "--clearenv"]
-        for key, value in sorted(inner.items()):
-            out += ["--setenv", key, value]
+        out += ["--chdir", str(cwd), "--clearenv", "--setenv", "PATH", LAUNCH_ENV["PATH"]]
         out.append("--")
+        out += _shm_forced(strict=self.uid is not None)
+        nproc = self.pids
         if self.uid is not None and self.gid is not None:
             out += _drop_to(self.uid, self.gid)
-        out += list(argv)
-        # bwrap's own init (PID 1 inside) keeps the environment it was started with
-        return out, inner
+            nproc *= SHARED_USER_SANDBOXES  # one user for every sandbox of the host
+        disk = self.limits.disk_for([*writable, scratch])
+        out += ["prlimit", f"--nproc={nproc}:{nproc}", f"--fsize={disk}:{disk}", "--"]
+        out += ["env", "-i", "--", *(f"{k}={v}" for k, v in sorted(inner.items())), *argv]
+        # bwrap (and its init, PID 1 inside) keep the environment they were started with
+        return out, dict(LAUNCH_ENV)
 
 
 def sandbox_ids() -> tuple[int, int]:
@@ -272,8 +348,18 @@ def default_memory_bytes() -> int:
     return int(pages * 0.75)
 
 
-def describe_memory(limit: int) -> str:
-    return f"out of memory (limit {limit / 1e9:.3g} GB)"
+def _shm_forced(strict: bool) -> list[str]:
+    """A shell step that makes SysV shared memory die with its last user in the
+    sandbox's own IPC namespace (``kernel.shm_rmid_forced``), so no detached segment
+    holds memory no process counts. ``strict`` (a root worker, where the code under
+    test cannot undo it afterwards): the sandbox does not start without it."""
+    step = "echo 1 2>/dev/null > /proc/sys/kernel/shm_rmid_forced"
+    if strict:
+        why = "kernelwatch: cannot set kernel.shm_rmid_forced in the sandbox"
+        script = f'{step} || {{ echo "{why}" >&2; exit 125; }}; exec "$@"'
+    else:
+        script = f'{step}; exec "$@"'
+    return ["sh", "-c", script, "kw-sandbox"]
 
 
 def _drop_to(uid: int, gid: int) -> list[str]:
@@ -345,11 +431,13 @@ def _gpu_nodes() -> list[str]:
     return nodes
 
 
-def _tool_paths(env: Mapping[str, str]) -> Iterator[Path]:
-    """The interpreter, ``kernelwatch.kernels``, CUDA and the directories on ``PATH``.
+def _tool_paths() -> Iterator[Path]:
+    """The interpreter, ``kernelwatch.kernels``, and the service's CUDA and ``PATH``.
 
-    These are code the worker trusts, bound read-only; nothing under them is a secret
-    (the data directory, ``/etc/kernelwatch`` and home directories are never bound).
+    These are code the worker trusts, bound read-only. They come from the worker's
+    own environment (what the service was started with), never from a run's or a
+    recipe's; each is resolved with ``realpath`` and dropped when it lies in a
+    directory that is never shown (homes, ``/etc``, ``/var``, ``/run``, ``/tmp``...).
     """
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         yield Path(prefix)
@@ -357,13 +445,64 @@ def _tool_paths(env: Mapping[str, str]) -> Iterator[Path]:
     import kernelwatch.kernels
 
     yield Path(kernelwatch.kernels.__file__).resolve().parent
-    for key in ("CUDA_HOME", "CUDA_PATH"):
-        if env.get(key):
-            yield Path(env[key])
-    for key in ("PATH", "LD_LIBRARY_PATH", "PIP_FIND_LINKS"):
-        for part in env.get(key, "").split(os.pathsep):
-            if part.startswith("/") and not part.startswith(_NEVER):
-                yield Path(part)
+    own = os.environ
+    named = [own.get("CUDA_HOME", ""), own.get("CUDA_PATH", "")]
+    for key in ("PATH", "LD_LIBRARY_PATH"):
+        named += own.get(key, "").split(os.pathsep)
+    for part in named:
+        if not part.startswith("/"):
+            continue
+        real = os.path.realpath(part)
+        if not any(recipe_env.under(real, top) for top in _NEVER) and real != "/":
+            yield Path(real)
+
+
+def confine_env(
+    env: Mapping[str, str], *, checkout: Path, entry: Path, visible: Sequence[str]
+) -> dict[str, str]:
+    """A recipe's environment with every path-like entry made absolute and checked.
+
+    Relative entries are inside ``checkout``; each entry is resolved with
+    ``realpath`` and must lie in the checkout, the environment ``entry`` or one of
+    the ``visible`` read-only directories (:meth:`Sandbox.visible`). A service-owned
+    name or any other path is a ``ConfigError`` naming the key (``recipe_env``).
+    """
+    roots = [os.path.realpath(checkout), os.path.realpath(entry), *visible]
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        where = f"{FILE}: install.env.{key}"
+        if not recipe_env.VARIABLE.match(key):
+            raise ConfigError(f"{where} {recipe_env.NOT_A_NAME}")
+        if recipe_env.service_owned(key):
+            raise ConfigError(f"{where} {recipe_env.why_service_owned(key)}")
+
+        def judged(part: str, where: str = where) -> str:
+            path = part if part.startswith("/") else str(checkout / part)
+            real = os.path.realpath(path)
+            if not any(recipe_env.under(real, root) for root in roots):
+                raise ConfigError(
+                    f"{where} entry {part!r} resolves to {real}, outside what the sandbox "
+                    f"shows; {recipe_env.WHERE}"
+                )
+            return path
+
+        out[key] = recipe_env.rewrite(key, value, judged)
+    return out
+
+
+def _chown_tree(paths: Sequence[Path], uid: int, gid: int, recursive: bool = True) -> None:
+    """chown without following a symlink, not even one swapped in for a directory on
+    the way down (``fwalk`` holds each directory open: names resolve against it)."""
+    for top in paths:
+        if not top.exists():
+            continue
+        os.lchown(top, uid, gid)
+        if not recursive:
+            continue
+        for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
+            for name in (*dirnames, *filenames):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
 
 
 @functools.cache
@@ -372,6 +511,11 @@ def _probe(drop: bool) -> None:
         raise SandboxUnavailable(
             "bubblewrap (bwrap) is not installed: install it (apt-get install bubblewrap) "
             "or set KW_SANDBOX=none on a development machine that runs only trusted code"
+        )
+    if shutil.which("prlimit") is None:
+        raise SandboxUnavailable(
+            "prlimit (util-linux) is not installed: the sandbox sets its process and file "
+            "size limits with it; install util-linux"
         )
     box = Sandbox("bwrap", 10**9, 10**6, *(sandbox_ids() if drop else (None, None)))
     with tempfile.TemporaryDirectory(prefix="kw-probe-") as tmp:

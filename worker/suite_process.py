@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -27,7 +26,13 @@ from typing import Any
 
 from kernelwatch.kernels.record import RecordError, ResultRecord
 from kernelwatch.kernels.runner import CASE_MARKER
-from kernelwatch.worker.process import POLL_S, Supervised, describe_exit, read_tail
+from kernelwatch.worker.process import (
+    POLL_S,
+    Supervised,
+    describe_exit,
+    open_regular,
+    read_tail,
+)
 from kernelwatch.worker.sandbox import Sandbox
 
 MAX_RESTARTS = 50
@@ -133,7 +138,7 @@ def _one_pass(
         env["PYTHONPATH"] = ":".join(req.pythonpath)
     box = req.sandbox or Sandbox.from_env()
     box.check()
-    box.owner([req.workdir])
+    box.owner([req.workdir], within=req.workdir.parent)
     scratch = box.scratch(req.workdir.parent)
     readonly = [Path(p) for p in (*req.readonly, *req.pythonpath) if p]
     argv, env = box.wrap(
@@ -158,7 +163,7 @@ def _one_pass(
             env=env,
             log_path=log_path,
             log_cap=box.log_cap_bytes,
-            memory_limit=box.memory_bytes,
+            guard=box.guard([req.workdir, scratch]),
             watch=CASE_MARKER + " ",
             on_line=on_marker,
             signal_codes=box.confined,
@@ -188,8 +193,8 @@ def _one_pass(
         code = child.finish()
         while marker:  # markers the pump read after the last poll
             current = marker.pop(0)
-        if child.oom and not why:
-            why = f"{child.describe(code)}; runner killed"
+        if child.stopped and not why:
+            why = f"{child.stopped}; runner killed"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return code, current, why
@@ -210,7 +215,7 @@ class _RecordWatch:
         if _size(self.path) <= self.offset:
             return set()
         try:  # O_NOFOLLOW: the code under test writes this directory
-            fh = os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+            fh = open_regular(self.path)
         except OSError:
             return set()
         with fh:
@@ -255,7 +260,7 @@ def _lines(path: Path, limit: int = 256 * 10**6) -> list[str]:
     out: list[str] = []
     used = 0
     try:  # O_NOFOLLOW: the code under test writes this directory
-        fh = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+        fh = open_regular(path)
     except OSError:
         return out
     with fh:

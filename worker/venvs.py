@@ -21,12 +21,18 @@ reused until the cache outgrows its size limit, oldest use first.
   driver. A new driver or torch makes new entries; old ones age out.
 - **Trust**: an entry is used only if its marker (written last) is present and
   its content still hashes to the digest recorded at creation (``_digest``:
-  sha256 over every file's path, size and content and every symlink's target;
-  bytecode caches aside); a failed, partial or tampered entry is deleted and
-  rebuilt, never used. Code under test cannot rewrite an entry in the first
-  place: its build runs in the sandbox (``worker/sandbox.py``) with only its own
-  entry writable, and the suite sees every entry read-only; the digest is the
-  second lock, for whatever else may write the cache directory.
+  sha256 over every file's path, size and content and every symlink's target,
+  bytecode included); a failed, partial or tampered entry is deleted, rebuilt and
+  the rebuild said in the run's log and the worker's, never used. Bytecode is
+  part of the entry: every build ends by compiling all of its Python
+  (``compileall``, inside the sandbox for a commit build), so the ``.pyc`` a
+  later import would read is there at creation and covered by the digest, and
+  code runs with ``PYTHONDONTWRITEBYTECODE=1`` and sees the entry read-only
+  (issue 24: bytecode planted after creation was not seen by the digest). Code
+  under test cannot rewrite an entry in the first place: its build runs in the
+  sandbox (``worker/sandbox.py``) with only its own entry writable, and the
+  suite sees every entry read-only; the digest is the second lock, for whatever
+  else may write the cache directory.
 - **Who runs what**: the worker's own pip (released versions: wheels only, no
   code of theirs runs) runs outside the sandbox with a clean environment and no
   user or system configuration; a from-source build (``setup.py``, the recipe's
@@ -45,24 +51,29 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from kernelwatch.jobs.errors import InstallError
+from kernelwatch.jobs.errors import ConfigError, InstallError
 from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
+from kernelwatch.jobs.library.repoconfig import FILE
 from kernelwatch.worker import stubs, submodules
-from kernelwatch.worker.process import run_supervised
-from kernelwatch.worker.sandbox import Sandbox, clean_env, tool_env
+from kernelwatch.worker.process import open_regular, run_supervised
+from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
+
+logger = logging.getLogger(__name__)
 
 MARKER = ".kw-env.json"
 LAST_USED = ".kw-last-used"
@@ -146,6 +157,8 @@ class Env:
     seconds: float
     log: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    # the recipe's environment, checked and made absolute (commit environments)
+    run_env: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -215,6 +228,7 @@ class EnvCache:
                 argv += ["--find-links", find_links]
             argv += [spec.requirement, *(c.requirement for c in companions)]
             log = _run(argv, dest, {}, timeout, trusted=True)
+            log += _run(_compile_argv(self.python, dest), dest, {}, timeout, trusted=True)
             found = installed_versions(site)
             if found.get(spec.name) != spec.version:
                 raise InstallError(
@@ -255,52 +269,61 @@ class EnvCache:
             materialize(src)
             log = ""
             if recipe.submodules:
-                log += submodules.update(src, recipe.submodules, mirrors)
+                log += submodules.update(src, recipe.submodules, mirrors, superproject=spec.source)
             if recipe.stub_sources is not None:  # the profile leaves kernels out
                 log += stubs.apply(src, recipe.stub_sources)
-            env = dict(recipe.env)
-            if use_ccache:
-                env.update(ccache_env(self.root, env))
+            box = self.sandbox
+            # the recipe's variables, checked (issue 24); the service's own laid over them
+            env = self.recipe_env(recipe, dest)
+            writable = [dest]
+            if use_ccache and (service := ccache_env(self.root, env)):
+                env.update(service)
+                writable.append(self.root / "ccache")  # the service's, never the recipe's
+                writable[-1].mkdir(parents=True, exist_ok=True)
             if offline:
                 env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
             deadline = time.monotonic() + (recipe.timeout_s or timeout)
-            box = self.sandbox
-            writable = [dest]
-            if "CCACHE_DIR" in env:
-                Path(env["CCACHE_DIR"]).mkdir(parents=True, exist_ok=True)
-                writable.append(Path(env["CCACHE_DIR"]))
             box.check()
-            box.owner(writable)
+            box.owner([dest], within=self.root)
+            # the shared ccache: its top only, never a walk through what other builds,
+            # running now, may be rearranging under it
+            box.owner(writable[1:], within=self.root, recursive=False)
             scratch_root = self.root / "tmp"
             if recipe.recipe == "pip":
                 site = dest / "site"
                 argv = [self.python, "-m", "pip", "install", "--no-deps"]
                 argv += ["--no-build-isolation", "--disable-pip-version-check", "--no-input"]
                 argv += ["--target", str(site), str(src / recipe.subdirectory)]
+                steps = [(argv, src)]
+                paths: tuple[str, ...] = (str(site),)
+            else:
+                steps = [(argv, src / recipe.cwd) for argv in recipe.argv(self.python)]
+                paths = tuple(str(src / p) if p else str(src) for p in recipe.pythonpath or ("",))
+            steps.append((_compile_argv(self.python, dest), src))  # bytecode: part of the entry
+            for argv, cwd in steps:
                 log += _run(
                     argv,
-                    src,
+                    cwd,
                     env,
                     _left(deadline),
                     sandbox=box,
                     writable=writable,
                     scratch_root=scratch_root,
                 )
-                return log, (str(site),)
-            for argv in recipe.argv(self.python):
-                log += _run(
-                    argv,
-                    src / recipe.cwd,
-                    env,
-                    _left(deadline),
-                    sandbox=box,
-                    writable=writable,
-                    scratch_root=scratch_root,
-                )
-            paths = recipe.pythonpath or ("",)
-            return log, tuple(str(src / p) if p else str(src) for p in paths)
+            box.reclaim([dest])  # built: no later sandbox (the same user) may write it
+            return log, paths
 
-        return self._ensure(material, build)
+        built = self._ensure(material, build)
+        _inside(built)
+        return replace(built, run_env=self.recipe_env(recipe, built.path))
+
+    def recipe_env(self, recipe: InstallRecipe, entry: Path) -> dict[str, str]:
+        """``recipe.env`` as the build and the suite get it: path-like entries absolute
+        and inside the checkout (``entry/src``), the entry or the sandbox's read-only
+        toolchain, service-owned names refused (``sandbox.confine_env``)."""
+        return confine_env(
+            recipe.env, checkout=entry / "src", entry=entry, visible=self.sandbox.visible()
+        )
 
     @contextlib.contextmanager
     def hold(self, key: str) -> Iterator[None]:
@@ -334,6 +357,7 @@ class EnvCache:
                     if not got:
                         continue  # in use or being built
                     shutil.rmtree(d, ignore_errors=True)
+                    (self.root / "logs" / f"{d.name}.log").unlink(missing_ok=True)
                 total -= sizes[d]
                 removed.append(d.name)
         return removed
@@ -362,17 +386,27 @@ class EnvCache:
         start = time.monotonic()
         with _locked(self._lock(key), fcntl.LOCK_EX):
             meta = _read_marker(dest)
-            if meta is not None and intact(dest, meta):
+            damage = damaged(dest, meta) if meta is not None else ""
+            if meta is not None and not damage:
                 _touch(dest)
                 return self._env(key, dest, meta, True, start)
+            note = ""
+            if damage:  # tampered with (or broken): rebuilt, never trusted, and said so
+                note = f"environment {key} failed its integrity check ({damage}); rebuilding\n"
+                logger.warning("%s", note.strip())
             if dest.exists():  # partial, failed or tampered: rebuilt, never trusted
                 shutil.rmtree(dest, ignore_errors=True)
             dest.mkdir(parents=True)
             log_path = self.root / "logs" / f"{key}.log"
             try:
                 log, pythonpath = build(dest)
+                log = note + log
             except InstallError as exc:
                 log_path.write_text(exc.log, encoding="utf-8")
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
+            except ConfigError as exc:  # the recipe's fault, said as such (not a build failure)
+                log_path.write_text(f"{exc}\n", encoding="utf-8")
                 shutil.rmtree(dest, ignore_errors=True)
                 raise
             except Exception as exc:
@@ -392,7 +426,6 @@ class EnvCache:
                 "listing": _listing(dest),
                 "digest": _digest(dest),
                 "stamp": _stamp(dest),
-                "bytecode": _bytecode(dest),
             }
             _write_marker(dest, meta)
             _touch(dest)
@@ -411,6 +444,22 @@ class EnvCache:
         )
 
 
+def _inside(env: Env) -> None:
+    """Every ``pythonpath`` entry resolves inside the environment: the sandbox binds
+    them, and a checkout's symlink (``pythonpath = ["lib"]``, ``lib -> /etc/...``) would
+    otherwise have it bind whatever the link names (issue 24's rule: no path a
+    repository supplies is ever bound)."""
+    top = os.path.realpath(env.path)
+    for entry in env.pythonpath:
+        real = os.path.realpath(entry)
+        if real != top and not real.startswith(top + os.sep):
+            rel = os.path.relpath(entry, env.path / "src")
+            raise ConfigError(
+                f"{FILE}: install.pythonpath entry {rel!r} resolves to {real}, outside the "
+                "checkout; refused"
+            )
+
+
 def installed_versions(site: Path) -> dict[str, str]:
     """``{normalized name: version}`` of the distributions pip put into ``site``."""
     found: dict[str, str] = {}
@@ -418,7 +467,12 @@ def installed_versions(site: Path) -> dict[str, str]:
         return found
     for meta in site.glob("*.dist-info/METADATA"):
         fields: dict[str, str] = {}
-        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            with open_regular(meta) as fh:
+                text = fh.read(1 << 20).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
             if not line.strip():
                 break
             name, sep, value = line.partition(":")
@@ -490,11 +544,11 @@ def _run(
     if trusted:
         env.update(tool_env(env))  # no pip.conf, no $HOME of the worker, no secrets
     scratch = None
-    memory = None
+    guard = None
     if sandbox is not None and not trusted:
         scratch = sandbox.scratch(scratch_root or cwd.parent)
         argv, env = sandbox.wrap(argv, cwd=cwd, env=env, scratch=scratch, writable=writable)
-        memory = sandbox.memory_bytes
+        guard = sandbox.guard([*writable, scratch])
     log_dir = Path(tempfile.mkdtemp(prefix="kw-build-log-"))
     try:
         done = run_supervised(
@@ -503,7 +557,7 @@ def _run(
             env=env,
             timeout=timeout,
             log_path=log_dir / "log",
-            memory_limit=memory,
+            guard=guard,
             signal_codes=scratch is not None and sandbox is not None and sandbox.confined,
         )
     finally:
@@ -512,7 +566,7 @@ def _run(
             shutil.rmtree(scratch, ignore_errors=True)
     if done.timed_out:
         raise InstallError(f"build step timed out after {timeout:.0f}s", header + done.log)
-    if done.oom:
+    if done.stopped:
         raise InstallError(f"build step {done.why}: {header[2:].split()[:3]}", header + done.log)
     if done.code != 0:
         what = " ".join(header[2:].split()[:4])
@@ -547,21 +601,24 @@ def _left(deadline: float) -> float:
 
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO a build planted would block the worker
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
 
 
 def _walk(root: Path) -> Iterator[tuple[str, int]]:
+    """(path, size) of every regular file below ``root`` but the cache's own markers,
+    bytecode included (symlinks are in the digest, by target)."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
-            if rel in _IGNORED or name.endswith(".pyc") or path.is_symlink():
+            st = path.lstat()
+            if rel in _IGNORED or stat.S_ISLNK(st.st_mode):
                 continue
-            yield rel, path.stat().st_size
+            yield rel, st.st_size
 
 
 def _listing(root: Path) -> str:
@@ -577,8 +634,9 @@ def _listing(root: Path) -> str:
 def _digest(root: Path) -> str:
     """sha256 over every file's path, size and content, and every symlink's target.
 
-    What the listing cannot see: a file rewritten with its size kept. Costs one
-    read of the entry (measured: see docs/security.md).
+    Every file: bytecode too, which the build compiled (issue 24). What the listing
+    cannot see: a file rewritten with its size kept. Costs one read of the entry
+    (measured: see docs/security.md).
     """
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
@@ -587,16 +645,18 @@ def _digest(root: Path) -> str:
             path = Path(dirpath) / name
             if path.is_symlink():
                 h.update(f"L {path.relative_to(root)}\0{os.readlink(path)}\n".encode())
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
-            if rel in _IGNORED or name.endswith(".pyc"):
+            if rel in _IGNORED:
                 continue
-            if path.is_symlink():
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
                 h.update(f"L {rel}\0{os.readlink(path)}\n".encode())
-                continue
-            h.update(f"F {rel}\0{path.stat().st_size}\0{_file_digest(path)}\n".encode())
+            elif stat.S_ISREG(st.st_mode):
+                h.update(f"F {rel}\0{st.st_size}\0{_file_digest(path)}\n".encode())
+            else:  # a FIFO or socket a build left: recorded, never opened
+                h.update(f"O {rel}\0{stat.S_IFMT(st.st_mode)}\n".encode())
     return h.hexdigest()
 
 
@@ -609,7 +669,7 @@ def _stamp(root: Path) -> str:
     """
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()  # bytecode included: a rewritten .pyc must trigger a full check
+        dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
@@ -622,47 +682,34 @@ def _stamp(root: Path) -> str:
     return h.hexdigest()
 
 
-def _bytecode(root: Path) -> dict[str, str]:
-    """sha256 of every ``.pyc`` at creation (pip compiles what it installs)."""
-    return {
-        str(p.relative_to(root)): _file_digest(p)
-        for p in sorted(root.rglob("*.pyc"))
-        if p.is_file() and not p.is_symlink()
-    }
-
-
-def _bytecode_kept(root: Path, recorded: Mapping[str, str]) -> bool:
-    """Recorded bytecode is unchanged (deleted is fine: Python recompiles from source).
-
-    Bytecode written later by imports is not damage and not checked; a sandboxed
-    process cannot write an entry, so it cannot plant any either.
-    """
-    for rel, digest in recorded.items():
-        path = root / rel
-        if path.is_symlink():
-            return False
-        if path.exists() and _file_digest(path) != digest:
-            return False
-    return True
-
-
-def intact(dest: Path, meta: dict[str, Any]) -> bool:
-    """The entry still holds what was built, by content hash.
+def damaged(dest: Path, meta: dict[str, Any]) -> str:
+    """Why the entry no longer holds what was built ("" when it does), by content hash.
 
     The stat stamp of the last verification decides whether the content must be
     hashed again; when it must and the content still matches, the new stamp is
     recorded (a cache copied or restored keeps working, after one full check).
     """
-    if not meta.get("digest") or meta.get("listing") != _listing(dest):
-        return False
+    if not meta.get("digest"):
+        return "no content digest recorded"
+    if meta.get("listing") != _listing(dest):
+        return "files were added, removed or resized since it was built"
     stamp = _stamp(dest)
     if meta.get("stamp") == stamp:
-        return True
-    if meta["digest"] != _digest(dest) or not _bytecode_kept(dest, meta.get("bytecode", {})):
-        return False
+        return ""
+    if meta["digest"] != _digest(dest):
+        return "file contents changed since it was built"
     meta["stamp"] = stamp
     _write_marker(dest, meta)
-    return True
+    return ""
+
+
+# Compiles every .py of the entry into its __pycache__ (a file that does not compile is
+# left to fail at import, as it would anyway); -I: nothing of the entry is imported.
+_COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=1)"
+
+
+def _compile_argv(python: str, dest: Path) -> list[str]:
+    return [python, "-I", "-c", _COMPILE, str(dest)]
 
 
 def _tree_size(root: Path) -> int:

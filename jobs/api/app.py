@@ -29,6 +29,7 @@ from kernelwatch.jobs.github.events import WebhookHandler
 from kernelwatch.jobs.github.reporter import Reporter, ReporterThread
 from kernelwatch.jobs.github.watched import Secrets, WatchedRepo, repos_from_env
 from kernelwatch.jobs.planning.bisect_driver import BisectThread
+from kernelwatch.jobs.planning.passlock import pass_lock
 from kernelwatch.jobs.planning.reconcile import ReconcileConfig, ReconcilerThread
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,10 @@ def create_app(
         if reporter_interval_s is not None:
             threads.append(ReporterThread(reporter, reporter_interval_s))
         if isinstance(reconcile, ReconcileConfig) and celery_app is not None:
-            threads.append(ReconcilerThread(session_factory, celery_app, reconcile))
+            lock = pass_lock(
+                settings.broker_url, settings.data_dir, "reconcile", reconcile.interval_s
+            )
+            threads.append(ReconcilerThread(session_factory, celery_app, reconcile, lock))
             # bisections advance where runs are kept alive (jobs/planning/bisect_driver.py)
             threads.append(BisectThread(session_factory, settings, celery_app))
         for thread in threads:

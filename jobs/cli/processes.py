@@ -8,11 +8,13 @@ the command's settings passed as ``KW_*`` variables so both see one database and
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kernelwatch.db.config import Settings
+from kernelwatch.jobs.lifetime import die_with_parent
 from kernelwatch.jobs.planning.broker import worker_argv
 
 
@@ -29,8 +31,16 @@ def start_worker(
             env[f"KW_{key.upper()}"] = str(value)
     argv = worker_argv(queue, name=f"{name}-{os.getpid()}@%h", loglevel="WARNING", quiet=True)
     with open(settings.data_dir / f"{name}-worker.log", "ab") as log:
+        # its own group (a terminal's Ctrl-C reaches it through us), and it goes when we
+        # go, however we go: a killed demo or test run left its worker consuming the
+        # queue for good (issue 24)
         return subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
 
 

@@ -9,12 +9,16 @@ or when any one of them exits, so a half-running service never lingers.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterable
 from types import FrameType
+
+from kernelwatch.jobs.lifetime import die_with_parent, stop_group
 
 PARTS = ("api", "worker", "dashboard", "beat")
 NAME = "serve"
@@ -64,8 +68,18 @@ def part_argvs(
 
 
 def supervise(argvs: dict[str, list[str]], poll_s: float = 0.5) -> int:
-    """Start every part; when one exits or we get SIGTERM/SIGINT, stop the others."""
-    procs = {name: subprocess.Popen(argv) for name, argv in argvs.items()}
+    """Start every part; when one exits or we get SIGTERM/SIGINT, stop the others.
+
+    Each part leads a process group of its own and gets SIGTERM if this supervisor
+    dies (``kill -9``); stopping a part stops its whole group, so a worker's pool
+    child or a dashboard's helper goes with it (issue 24).
+    """
+    procs = {
+        name: subprocess.Popen(
+            argv, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM)
+        )
+        for name, argv in argvs.items()
+    }
     stopping = False
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -93,14 +107,17 @@ def supervise(argvs: dict[str, list[str]], poll_s: float = 0.5) -> int:
     return code
 
 
-def _stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
-        p.terminate()
-    deadline = time.monotonic() + 30
-    for p in alive:
-        try:
+def _stop_all(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30) -> None:
+    """SIGTERM every part's process group, SIGKILL what is left after ``grace_s``."""
+    procs = list(procs)
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        stop_group(p.pid, grace_s=max(0.1, deadline - time.monotonic()))
+        if p.poll() is None:
             p.kill()
-            p.wait()
+        p.wait()

@@ -36,6 +36,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from kernelwatch.jobs.library import recipe_env
 from kernelwatch.kernels.catalog import unknown_kernels
 
 Recipe = Literal["pip", "pythonpath", "command"]
@@ -150,8 +151,13 @@ def _env(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         fail(f"must be a table of strings, got {shown(value)}")
     for k, v in value.items():
+        if not recipe_env.VARIABLE.match(str(k)):
+            fail(recipe_env.NOT_A_NAME, key=str(k))
         if isinstance(v, bool) or not isinstance(v, str | int | float):
             fail(f"must be a string (quote it), got {shown(v)}", key=str(k))
+        problem = recipe_env.static_problem(str(k), str(v))  # the worker checks the rest
+        if problem:
+            fail(problem, key=str(k))
     return {str(k): str(v) for k, v in value.items()}
 
 

@@ -236,6 +236,27 @@ class Mirror:
         except subprocess.CalledProcessError:
             return None
 
+    def blob_size(self, sha: str, path: str) -> int | None:
+        """The size in bytes of a file at a commit (None if it does not exist there),
+        asked before reading it: a repository's file may be of any size."""
+        try:
+            out = self._git("cat-file", "-s", "--end-of-options", f"{sha}:{path}")
+        except subprocess.CalledProcessError:
+            return None
+        return int(out.strip())
+
+    def read_bytes(self, sha: str, path: str) -> bytes | None:
+        """A file's bytes at a commit (None if it does not exist there), not decoded."""
+        proc = subprocess.run(
+            ["git", *SAFE_OPTIONS, "--git-dir", str(self.path), "cat-file", "blob"]
+            + ["--end-of-options", f"{sha}:{path}"],
+            env=git_env(),
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+        return proc.stdout if proc.returncode == 0 else None
+
     def worktree(self, sha: str, dest: Path) -> Path:
         """A clean checkout of ``sha`` at ``dest`` (replaced if present)."""
         if not _SHA_RE.match(sha):

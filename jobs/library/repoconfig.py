@@ -34,12 +34,19 @@ thresholds); both get the same :class:`RepoConfig` (``config_model.py``). Exampl
 ``[install]`` build profiles are in ``docs/suites.md`` ("Build recipes and profiles").
 A bad file is a ``ConfigError`` whose message names the file, the key and what is
 allowed (``.kernelwatch.toml: unknown table [suite]; did you mean [suites]?``),
-never a crash and never a silent default.
+never a crash and never a silent default. That includes a file built to break the
+parser (issue 24: 10 kB of arrays nested 5,000 deep raised ``RecursionError``, a 500
+on every delivery and a run that "died" three times): the size (``MAX_BYTES``, checked
+on the blob before git reads it) and the nesting (``MAX_DEPTH``, counted on the text
+before ``tomllib`` recurses, and on the parsed tables for dotted keys) are limited
+first, and whatever the parser or the validation still raise (``RecursionError``,
+``MemoryError``, bytes that are not UTF-8) becomes the same ``ConfigError``.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 import types
 from collections.abc import Mapping, Sequence
@@ -68,6 +75,10 @@ if TYPE_CHECKING:
     from kernelwatch.jobs.library.mirror import Mirror
 
 FILE = ".kernelwatch.toml"
+# A real file is a few kB with tables three deep; these are far above that and far
+# below what hurts (tomllib recurses once per nested array or inline table).
+MAX_BYTES = 256 * 1024
+MAX_DEPTH = 32
 
 _TYPE_WORDS = {
     "string_type": "a string",
@@ -90,8 +101,14 @@ def read_at(mirror: Mirror, sha: str, served: Mapping[str, Path] | None = None) 
     """
     path = served_file(mirror.source, served)
     if path is not None:
-        return parse(read_served(path, mirror.source), name=str(path))
-    return parse(mirror.read_file(sha, FILE))
+        return parse(read_served(path, mirror.source, MAX_BYTES), name=str(path))
+    size = mirror.blob_size(sha, FILE)
+    if size is None:
+        return RepoConfig()
+    if size > MAX_BYTES:
+        raise ConfigError(_too_large(FILE, size))
+    raw = mirror.read_bytes(sha, FILE)
+    return parse(None if raw is None else decode(raw, FILE))
 
 
 def read_configured(mirror: Mirror, sha: str, repo_configs: str | None) -> RepoConfig:
@@ -101,17 +118,99 @@ def read_configured(mirror: Mirror, sha: str, repo_configs: str | None) -> RepoC
 
 
 def parse(text: str | None, name: str = FILE) -> RepoConfig:
-    """Parse the file's text (None: no file → defaults); errors start with ``name``."""
+    """Parse the file's text (None: no file → defaults); errors start with ``name``.
+
+    Every way the text can fail is a ``ConfigError``: over ``MAX_BYTES`` or nested
+    deeper than ``MAX_DEPTH`` (refused before parsing), not TOML, or not what the
+    tables allow; so is a ``RecursionError`` or ``MemoryError`` on the way.
+    """
     if text is None:
         return RepoConfig()
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_BYTES:
+        raise ConfigError(_too_large(name, size))
+    depth = nesting(text)
+    if depth > MAX_DEPTH:
+        raise ConfigError(_too_deep(name, depth, "arrays and inline tables"))
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{name}: {exc}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise ConfigError(f"{name}: cannot be read ({type(exc).__name__})") from None
+    depth = table_depth(data)
+    if depth > MAX_DEPTH:
+        raise ConfigError(_too_deep(name, depth, "tables"))
     try:
         return RepoConfig.model_validate(data, context={FROM_FILE: True})
     except ValidationError as exc:
         raise ConfigError(f"{name}: {describe(exc, RepoConfig)}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise ConfigError(f"{name}: cannot be validated ({type(exc).__name__})") from None
+
+
+def decode(raw: bytes, name: str = FILE) -> str:
+    """The file's bytes as text; TOML is UTF-8, anything else is a ``ConfigError``."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+
+
+# what opens or closes a nesting level, or starts a string or comment that hides brackets
+_TOKEN = re.compile(r"\"\"\"|'''|\"|'|#|[\[\]{}]")
+_STRING_END = {
+    '"""': re.compile(r'(?:[^\\]|\\.)*?"""', re.S),
+    "'''": re.compile(r".*?'''", re.S),
+    '"': re.compile(r'(?:[^\\"\n]|\\.)*"'),
+    "'": re.compile(r"[^'\n]*'"),
+}
+
+
+def nesting(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings and comments, counted
+    without recursion (``tomllib`` recurses once per level)."""
+    depth = deepest = pos = 0
+    while True:
+        m = _TOKEN.search(text, pos)
+        if m is None:
+            return deepest
+        token = m.group()
+        pos = m.end()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth = max(0, depth - 1)
+        elif token == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        else:
+            closed = _STRING_END[token].match(text, pos)
+            pos = len(text) if closed is None else closed.end()
+
+
+def table_depth(data: Any) -> int:
+    """How deep tables and arrays nest in parsed data (dotted keys and ``[a.b.c]``
+    headers nest without brackets); iterative, so any depth is safe to measure."""
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(data, 0)]
+    while todo:
+        value, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, dict):
+            todo += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            todo += [(v, depth + 1) for v in value]
+    return deepest
+
+
+def _too_large(name: str, size: int) -> str:
+    return f"{name}: {size} bytes, over the limit of {MAX_BYTES} (a configuration is a few kB)"
+
+
+def _too_deep(name: str, depth: int, what: str) -> str:
+    return f"{name}: {what} nested {depth} deep, over the limit of {MAX_DEPTH}"
 
 
 def parse_install(table: dict[str, Any], where: str) -> InstallRecipe:
@@ -227,7 +326,11 @@ __all__ = [
     "InstallRecipe",
     "RepoConfig",
     "Thresholds",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "decode",
     "describe",
+    "nesting",
     "parse",
     "parse_install",
     "read_at",

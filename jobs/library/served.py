@@ -68,12 +68,20 @@ def served_file(source: str, table: Mapping[str, Path] | None) -> Path | None:
     return table.get(source_key(source))
 
 
-def read_served(path: Path, source: str) -> str:
-    """The text of a service-side file; unreadable is a ConfigError naming both."""
+def read_served(path: Path, source: str, limit: int | None = None) -> str:
+    """The text of a service-side file; unreadable, not UTF-8 or over ``limit`` bytes
+    is a ConfigError naming both."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1) if limit is not None else fh.read()
     except OSError as exc:
         raise ConfigError(f"{VARIABLE}: cannot read {path} (for {source}): {exc}") from exc
+    if limit is not None and len(raw) > limit:
+        raise ConfigError(f"{VARIABLE}: {path} (for {source}) is over {limit} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{VARIABLE}: {path} (for {source}) is not UTF-8 text") from exc
 
 
 __all__ = ["VARIABLE", "parse_table", "read_served", "served_file", "source_key", "table"]

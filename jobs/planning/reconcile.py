@@ -29,10 +29,14 @@ One pass (:func:`reconcile_once`) handles each, in this order:
 
 A second message is harmless: the executor skips final runs, and a run still
 leased to a live worker is retried later, never measured twice.
-:class:`ReconcilerThread` runs the pass every ``interval_s`` inside the API process
-(``jobs/api/app.py``), so with the defaults a dead worker's run moves after at most
-``stale_s + interval_s`` (95 + 30 s) and a lost message after ``queued_after_s +
-interval_s`` (60 + 30 s).
+:class:`ReconcilerThread` runs the pass every ``interval_s`` wherever the service
+runs: in the API process (``jobs/api/app.py``) and in every worker's main process
+(``worker/app.py``), so a deployment of workers without the API heals too (issue
+24). A fleet-wide lock (``passlock.py``: in Redis for a Redis broker, in the data
+directory for the embedded one) lets one pass through per interval, never two at
+once. With the defaults a dead worker's run moves after at most ``stale_s +
+interval_s`` (95 + 30 s) and a lost message after ``queued_after_s + interval_s``
+(60 + 30 s).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import Run
 from kernelwatch.jobs.planning.broker import enqueue_run, queue_depth
+from kernelwatch.jobs.planning.passlock import PassLock, pass_lock
 
 log = logging.getLogger(__name__)
 
@@ -273,17 +278,34 @@ def reconcile_once(
 
 
 class ReconcilerThread(threading.Thread):
-    """Runs :func:`reconcile_once` every ``config.interval_s`` until stopped."""
+    """Runs :func:`reconcile_once` every ``config.interval_s`` until stopped, when
+    ``lock`` (shared by every process of the deployment) lets it: one pass per
+    interval fleet-wide. ``passes`` counts the wake-ups, ``ran`` the passes made."""
 
     def __init__(
-        self, factory: sessionmaker[Session], app: Celery, config: ReconcileConfig
+        self,
+        factory: sessionmaker[Session],
+        app: Celery,
+        config: ReconcileConfig,
+        lock: PassLock | None = None,
     ) -> None:
         super().__init__(name="kernelwatch-reconciler", daemon=True)
         self.factory = factory
         self.app = app
         self.config = config
+        self.lock = lock
         self.passes = 0
+        self.ran = 0
         self._stop_event = threading.Event()
+
+    @classmethod
+    def for_settings(
+        cls, factory: sessionmaker[Session], app: Celery, settings: Settings
+    ) -> ReconcilerThread:
+        """The reconciler of a process of this deployment (API or worker)."""
+        config = ReconcileConfig.from_settings(settings)
+        lock = pass_lock(settings.broker_url, settings.data_dir, "reconcile", config.interval_s)
+        return cls(factory, app, config, lock)
 
     def send(self, run_id: int, queue: str, trigger: str) -> None:
         enqueue_run(self.app, run_id, queue, trigger)
@@ -294,18 +316,24 @@ class ReconcilerThread(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             try:
-                done = reconcile_once(self.factory, self.send, self.config, self.depth)
-                if done.sent or done.requeued or done.errored:
-                    log.info(
-                        "reconcile: sent %s, re-sent %s, ended %s",
-                        done.sent,
-                        done.requeued,
-                        done.errored,
-                    )
+                if self.lock is None or self.lock.acquire():
+                    try:
+                        self._pass()
+                    finally:
+                        if self.lock is not None:
+                            self.lock.done()
             except Exception:  # the loop must survive a database or broker outage
                 log.exception("reconcile pass failed")
             self.passes += 1
             self._stop_event.wait(self.config.interval_s)
+
+    def _pass(self) -> None:
+        done = reconcile_once(self.factory, self.send, self.config, self.depth)
+        self.ran += 1
+        if done.sent or done.requeued or done.errored:
+            log.info(
+                "reconcile: sent %s, re-sent %s, ended %s", done.sent, done.requeued, done.errored
+            )
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop_event.set()

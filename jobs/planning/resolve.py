@@ -113,11 +113,7 @@ def resolve(
         rules = _rules(own)
     measured = list(suites) if options.suites_explicit else list(rules.suites)
     picks_own = bool(set(SELECTORS) & set(options.bench_args))
-    baseline_install = (
-        _table(configs.at(baseline).install)
-        if options.paired and baseline
-        else None
-    )
+    baseline_install = _table(configs.at(baseline).install) if options.paired and baseline else None
     served = configs.served_path()
     note = ConfigNote(
         module=rules.module,

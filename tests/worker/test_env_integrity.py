@@ -29,10 +29,10 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _version(pythonpath: tuple[str, ...]) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
+def _version(pythonpath: tuple[str, ...], module: str = "kwtiny") -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
-        [sys.executable, "-c", "import kwtiny; print(kwtiny.VERSION)"],
+        [sys.executable, "-c", f"import {module}; print({module}.VERSION)"],
         env=env,
         capture_output=True,
         text=True,
@@ -80,13 +80,56 @@ def test_rewritten_bytecode_is_refused(tmp_path: Path, house: Path) -> None:
     cache = EnvCache(tmp_path / "envs", TOOLCHAIN)
     spec = parse_version_spec("kwtiny==1.0")
     env = cache.version_env(spec, find_links=str(house))
-    recorded = json.loads((env.path / MARKER).read_text())["bytecode"]
-    assert recorded, "pip compiles what it installs"
-    pyc = env.path / next(iter(recorded))
+    pyc = next((env.path / "site" / "kwtiny" / "__pycache__").glob("__init__.*.pyc"))
     data = bytearray(pyc.read_bytes())
     data[-1] ^= 1  # same size, same header: Python would load it
     pyc.write_bytes(bytes(data))
     assert not cache.version_env(spec, find_links=str(house)).cached
+
+
+def _plant_bytecode(source: Path, poisoned: str) -> None:
+    """Write the bytecode of ``poisoned`` where Python looks for ``source``'s, with the
+    header (mtime, size) of ``source``: an import then runs ``poisoned``."""
+    import importlib.util
+    import py_compile
+
+    original = source.read_text()
+    assert len(poisoned) == len(original)
+    fake = source.parent / ".fake.py"
+    fake.write_text(poisoned)
+    st = source.stat()
+    os.utime(fake, ns=(st.st_atime_ns, st.st_mtime_ns))
+    target = importlib.util.cache_from_source(str(source))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    py_compile.compile(str(fake), cfile=target, doraise=True)
+    fake.unlink()
+
+
+def test_bytecode_planted_after_creation_is_refused(tmp_path: Path) -> None:
+    """Issue 24, hole 3: a commit built without pip (no .pyc at creation) took a planted
+    ``__pycache__`` file; main's commit then ran the plant and was reported broken."""
+    from kernelwatch.jobs.library.libspec import CommitSpec
+    from kernelwatch.worker.recipes import BuildRecipe
+
+    src = tmp_path / "lib"
+    (src / "kwlib").mkdir(parents=True)
+    (src / "kwlib" / "__init__.py").write_text("VERSION = 'good'\n")
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN)
+    spec = CommitSpec("https://example.invalid/kwlib", "d" * 40)
+    recipe = BuildRecipe(recipe="pythonpath")
+
+    def build() -> tuple[str, ...]:
+        import shutil
+
+        env = cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
+        return env.pythonpath
+
+    pythonpath = build()
+    init = Path(pythonpath[0]) / "kwlib" / "__init__.py"
+    _plant_bytecode(init, "VERSION = 'evil'\n")
+    assert _version(pythonpath, "kwlib") == "evil"  # Python runs the plant
+    pythonpath = build()  # found, logged, rebuilt
+    assert _version(pythonpath, "kwlib") == "good"
 
 
 def test_a_symlink_planted_in_an_entry_is_refused(tmp_path: Path, house: Path) -> None:

@@ -36,6 +36,7 @@ from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import FINAL_STATES, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.lifetime import die_with_parent
 from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
 from kernelwatch.jobs.planning.cancel import cancel_runs
 from kernelwatch.jobs.planning.plan import RunRequest, plan
@@ -129,7 +130,7 @@ name = "{name}"
 module = "{name}"
 [install]
 recipe = "pythonpath"
-env = {{ HARMLESS = "1", MY_API_KEY = "from-the-repo", KW_DATABASE_URL = "sqlite:///stolen" }}
+env = {{ HARMLESS = "1", MY_API_KEY = "from-the-repo" }}  # a KW_* name is refused (issue 24)
 [suites]
 names = ["{suite}"]
 [thresholds]
@@ -387,8 +388,13 @@ class Fleet:
         argv = [sys.executable, "-m", "kernelwatch.jobs.cli.main", "worker", "--queues", queue]
         argv += ["--name", f"{name}@%h", "--loglevel", "INFO"]
         with open(log, "ab") as fh:
-            proc = subprocess.Popen(
-                argv, env=base, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            proc = subprocess.Popen(  # a killed test run takes its workers along
+                argv,
+                env=base,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
         w = Worker(name, proc, data_dir, log)
         self.workers.append(w)
@@ -722,7 +728,7 @@ def test_heartbeat_row_is_fresh_and_names_the_current_run(fleet: Fleet, tmp_path
 def test_secrets_never_reach_the_code_under_test(fleet: Fleet, tmp_path: Path) -> None:
     # written to the runner's working directory: the sandbox lets it write nothing else
     src, sha = library(tmp_path, "snooplib", extra=SNOOPS.format(dump="seen.json"))
-    w = fleet.worker("guarded", **SECRETS)
+    w = fleet.worker("guarded", KW_KEEP_WORK="all", **SECRETS)  # seen.json stays
     fleet.wait_ready(w)
     run_id = fleet.plan(src, sha, bench_args=["--kernel", "softmax", "--budget", "0.05"])
     assert final(fleet, run_id, 60).status == "succeeded"
@@ -740,6 +746,29 @@ def test_secrets_never_reach_the_code_under_test(fleet: Fleet, tmp_path: Path) -
     if os.geteuid() != 0:
         # The worker is non-dumpable: same-uid code cannot read its /proc/<pid>/environ.
         assert seen["parent_environ"].startswith("unreadable")
+
+
+def test_kill_9_of_the_main_process_takes_the_busy_pool_child_along(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Issue 24: the pool child lived on as an orphan (PPID 1) and finished the run."""
+    slow, slow_sha = library(tmp_path, "orphanlib", suite="noop", sleep={"noop": 60.0})
+    w = fleet.worker("orphaned")
+    fleet.wait_ready(w)
+    fleet.plan(slow, slow_sha, bench_args=["--budget", "0.01"])
+    wait_until("the runner to start", lambda: pids_under(w.data_dir / "work"), 60)
+    (pool,) = child_pids(w.proc.pid)
+    os.kill(w.proc.pid, signal.SIGKILL)  # the main process only: no shutdown hook runs
+    w.proc.wait(timeout=10)
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{pool}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            state = "gone"
+        return state in ("gone", "Z") and not pids_under(w.data_dir / "work")
+
+    wait_until("the pool child and its runner to die", gone, 15)
 
 
 def test_cancelled_runs_stop_queued_and_running_and_the_worker_goes_on(

@@ -15,7 +15,7 @@ import pytest
 
 from kernelwatch.jobs.library.mirror import Mirror, git_env
 from kernelwatch.worker import submodules
-from tests.helpers import make_repo
+from tests.helpers import git, make_repo
 
 SECRET = "whsec-never-leaves"
 
@@ -78,6 +78,9 @@ def test_submodule_update_runs_no_hook_and_sees_no_secret(
         capture_output=True,
         env=env,
     )
+    upstream = "https://example.invalid/dep.git"  # never a local path (issue 24)
+    git(top, "config", "-f", ".gitmodules", "submodule.third/dep.url", upstream)
+    git(top, "add", ".gitmodules")
     subprocess.run(
         ["git", *ident, "-C", str(top), "commit", "-qm", "sub"],
         check=True,
@@ -87,7 +90,7 @@ def test_submodule_update_runs_no_hook_and_sees_no_secret(
     checkout = tmp_path / "co"
     subprocess.run(["git", "clone", "-q", str(top), str(checkout)], check=True, env=env)
     _hook(checkout / ".git" / "hooks" / "post-checkout", tmp_path / "captured-local")
-    log = submodules.update(checkout, ["third/dep"], {str(dep): str(dep)})
+    log = submodules.update(checkout, ["third/dep"], {upstream: str(dep)})
     assert (checkout / "third" / "dep" / "dep.h").exists(), log
     assert not (tmp_path / "captured-local").exists()
     assert not (tmp_path / "captured-global").exists()

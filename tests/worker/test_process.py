@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernelwatch.worker.process import die_with_parent
+from kernelwatch.jobs.lifetime import die_with_parent
 
 
 def test_child_gets_sigkill_when_its_parent_dies(tmp_path: Path) -> None:
@@ -15,7 +15,7 @@ def test_child_gets_sigkill_when_its_parent_dies(tmp_path: Path) -> None:
     # a parent process that starts a long-lived child in its own session, then waits
     parent_code = (
         "import subprocess, sys, time\n"
-        "from kernelwatch.worker.process import die_with_parent\n"
+        "from kernelwatch.jobs.lifetime import die_with_parent\n"
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
         "                     start_new_session=True, preexec_fn=die_with_parent())\n"
         f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"

@@ -70,13 +70,13 @@ def test_unknown_profile_lists_the_known_ones() -> None:
 def test_server_config_overrides_the_repository() -> None:
     server = {
         "env": {"MAX_JOBS": "8"},
-        "profiles": {"trimmed": {"timeout_s": 300, "env": {"CCACHE_MAXSIZE": "50G"}}},
+        "profiles": {"trimmed": {"timeout_s": 300, "env": {"NVCC_THREADS": "2"}}},
         "profile_for": {"push": "full"},
     }
     rs = _recipes(FA3.read_text(), server=server)
     trimmed = rs.select("trimmed")
     assert trimmed.timeout_s == 300
-    assert trimmed.env["MAX_JOBS"] == "8" and trimmed.env["CCACHE_MAXSIZE"] == "50G"
+    assert trimmed.env["MAX_JOBS"] == "8" and trimmed.env["NVCC_THREADS"] == "2"
     assert trimmed.env["FLASH_ATTENTION_DISABLE_FP8"] == "TRUE"  # repo's profile env kept
     assert rs.select(trigger="push").profile == "full"
     assert rs.select(trigger="pull_request").profile == "trimmed"

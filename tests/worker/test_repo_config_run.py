@@ -89,6 +89,8 @@ def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
     monkeypatch.setattr(repoconfig, "read_at", never)
     monkeypatch.setattr(repoconfig, "parse", never)
     assert execute(factory, settings, planned.id, worker="test@host") == "succeeded"
+    # issue 24: nothing of the run stays on disk (KW_KEEP_WORK=none, the default)
+    assert not (settings.data_dir / "work" / f"run-{planned.id}").exists()
     with factory() as s:
         run = s.get(Run, planned.id)
         assert run is not None
@@ -100,3 +102,29 @@ def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
     assert kernels == {"softmax"} and statuses == {"pass"}, (kernels, statuses)
     assert noted is not None and noted.kernels == ["softmax"]
     assert run.suites == noted.suites == ["basic"]  # stored = measured
+
+
+def test_a_file_built_to_break_the_parser_ends_the_run_at_once_as_error(tmp_path: Path) -> None:
+    """Issue 24: a 10 kB file nested 5,000 deep raised RecursionError in the worker; the
+    run ended after 346 s and three attempts as "the worker died 3 times"."""
+    import time
+
+    settings = Settings(data_dir=tmp_path / "data")
+    settings.ensure_dirs()
+    upgrade(settings.resolved_database_url)
+    factory: sessionmaker[Session] = sessionmaker(
+        bind=make_engine(settings.resolved_database_url), expire_on_commit=False
+    )
+    src = tmp_path / "deep"
+    sha = make_repo(src, {".kernelwatch.toml": "a = " + "[" * 5000 + "]" * 5000})
+    req = RunRequest(source=str(src), commits=[sha], measure_baseline=False)
+    (planned,) = plan(factory, settings, make_celery(settings), req)
+    started = time.monotonic()
+    assert execute(factory, settings, planned.id, worker="test@host") == "error"
+    assert time.monotonic() - started < 30
+    with factory() as s:
+        run = s.get(Run, planned.id)
+        assert run is not None and run.attempts == 1
+        assert run.error == (
+            ".kernelwatch.toml: arrays and inline tables nested 5000 deep, over the limit of 32"
+        )

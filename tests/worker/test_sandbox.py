@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernelwatch.kernels.record import ResultRecord
-from kernelwatch.worker.process import LogSink, tree_anon_bytes
+from kernelwatch.worker.process import LogSink, tree_memory_bytes
 from kernelwatch.worker.sandbox import Sandbox, SandboxUnavailable, clean_env
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
 
@@ -75,6 +75,77 @@ for cid in ("c1", "c2", "c3"):
                          stderr=subprocess.DEVNULL)
     elif act == "spy":
         spy(arg)
+    elif act == "mapshared":  # arg MB of MAP_SHARED anonymous memory, touched
+        import mmap
+        shared = mmap.mmap(-1, int(arg) << 20, flags=mmap.MAP_SHARED)
+        for off in range(0, len(shared), 4096):
+            shared[off] = 1
+            if off % (32 << 20) == 0:
+                time.sleep(0.01)
+        time.sleep(30)
+    elif act == "memfd":  # arg MB written to a memfd, never mapped
+        fd = os.memfd_create("kw-flood")
+        for _ in range(int(arg)):
+            os.write(fd, b"\1" * (1 << 20))
+        time.sleep(30)
+    elif act == "devshm":  # arg MB written to /dev/shm, kept
+        try:
+            with open("/dev/shm/kw-flood", "wb") as fh:
+                for _ in range(int(arg)):
+                    fh.write(b"\1" * (1 << 20))
+                    fh.flush()
+        except OSError as exc:
+            print(f"DEVSHM {type(exc).__name__} {exc.errno}", flush=True)
+        time.sleep(30)
+    elif act == "sysv":  # arg MB of SysV shared memory: attached, filled, detached
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        size = int(arg) << 20
+        sid = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT|0600
+        addr = libc.shmat(sid, None, 0)
+        ctypes.memset(addr, 1, size)
+        libc.shmdt(ctypes.c_void_p(addr))
+        with open("/proc/sysvipc/shm") as fh:
+            print("SYSV " + json.dumps(len(fh.read().splitlines()) - 1), flush=True)
+    elif act == "fork":  # arg N[:tag]: N children that sleep (named tag)
+        n, _, tag = arg.partition(":")
+        made = 0
+        try:
+            for made in range(int(n)):
+                os.posix_spawn("/bin/sleep", [tag or "sleep", "60"], {})
+        except OSError as exc:
+            print(f"FORK refused after {made}: {exc}", flush=True)
+        time.sleep(30)
+    elif act == "inodes":  # arg thousands of empty files in the work directory
+        os.mkdir("many")
+        for i in range(int(arg) * 1000):
+            open(f"many/{i}", "w").close()
+        time.sleep(30)
+    elif act == "disk":  # arg MB written to the work directory, in 8 MB files
+        for i in range(int(arg) // 8):
+            with open(f"flood-{i}", "wb") as fh:
+                fh.write(b"\1" * (8 << 20))
+        time.sleep(30)
+    elif act == "swaplog":  # arg: what the worker's log of this pass should point at
+        for name in os.listdir("."):
+            if name.startswith("runner-") and name.endswith(".log"):
+                os.unlink(name)
+                os.symlink(arg, name)
+    elif act == "fifo":  # the worker's log of this pass and the records file become FIFOs
+        for name in os.listdir("."):
+            if name.startswith("runner-") and name.endswith(".log"):
+                os.unlink(name)
+                os.mkfifo(name)
+        os.mkfifo("planted.fifo")
+    elif act == "read":  # arg: paths separated by "|"; prints what each gave
+        seen = {}
+        for path in arg.split("|"):
+            try:
+                seen[path] = open(path).read() if os.path.isfile(path) else sorted(os.listdir(path))
+            except OSError as exc:
+                seen[path] = type(exc).__name__
+        print("READ " + json.dumps(seen), flush=True)
     rec = ResultRecord.for_case("fake", cid, "k", "b", {})
     rec.status = "pass"
     rec.error = ""
@@ -217,8 +288,8 @@ def test_tree_memory_counts_the_children(tmp_path: Path) -> None:
         import time
 
         deadline = time.monotonic() + 20
-        while tree_anon_bytes(proc.pid) < 128 << 20:
-            assert time.monotonic() < deadline, tree_anon_bytes(proc.pid)
+        while tree_memory_bytes(proc.pid) < 128 << 20:
+            assert time.monotonic() < deadline, tree_memory_bytes(proc.pid)
             time.sleep(0.1)
     finally:
         os.killpg(proc.pid, 9)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,96 @@ def test_mirror_maps_parse_from_json_or_pairs() -> None:
 def test_odd_mirror_urls_are_refused(text: str) -> None:
     with pytest.raises(ConfigError):
         submodules.parse_mirrors(text)
+
+
+# ----------------------------------------------------------------------------- issue 24, hole 5
+# .gitmodules is code under test: it pointed at a local path and the worker cloned another
+# repository of the host into the checkout, where the kernel printed its source.
+
+
+def _pin(repo: Path, path: str, url: str) -> str:
+    git(repo, "config", "-f", ".gitmodules", f"submodule.{path}.url", url)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", f"point {path} at {url}")
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("form", ["path", "file-url", "relative"])
+def test_a_submodule_at_a_local_path_is_refused_before_git_fetches_it(
+    tmp_path: Path, repos: tuple[Path, Path, str, str], form: str
+) -> None:
+    cutlass, fa, _, _ = repos
+    victim = tmp_path / "other-repo"
+    make_repo(victim, {"SECRET.txt": "another repository's source\n"})
+    url = {"path": str(victim), "file-url": victim.as_uri(), "relative": "../other-repo"}[form]
+    sha = _pin(fa, "csrc/cutlass", url)
+    mirror = Mirror(tmp_path / "mirrors", str(fa))
+    mirror.sync()
+    checkout = mirror.worktree(sha, tmp_path / "work" / "src")
+    with pytest.raises(ConfigError, match=r"^\.gitmodules: submodule 'csrc/cutlass' url .* is not"):
+        submodules.update(
+            checkout, ["csrc/cutlass"], {UPSTREAM: str(cutlass)}, superproject=str(fa)
+        )
+    assert not (checkout / "csrc/cutlass/SECRET.txt").exists()
+    assert not any((checkout / "csrc/cutlass").iterdir())
+
+
+def test_a_nested_submodule_is_checked_before_it_is_fetched(
+    tmp_path: Path, repos: tuple[Path, Path, str, str]
+) -> None:
+    """git's --recursive would fetch a submodule's own submodules unchecked."""
+    cutlass, fa, _, _ = repos
+    victim = tmp_path / "other-repo"
+    make_repo(victim, {"SECRET.txt": "another repository's source\n"})
+    # cutlass (fetched from its mirror, fine) pins a nested submodule at a local path
+    git(cutlass, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(victim), "dep")
+    git(cutlass, "commit", "-q", "-m", "nested")
+    git(fa / "csrc" / "cutlass", "fetch", "-q", str(cutlass))
+    git(fa / "csrc" / "cutlass", "checkout", "-q", "FETCH_HEAD")
+    git(fa, "add", "-A")
+    git(fa, "commit", "-q", "-m", "bump cutlass")
+    sha = git(fa, "rev-parse", "HEAD")
+    mirror = Mirror(tmp_path / "mirrors", str(fa))
+    mirror.sync()
+    checkout = mirror.worktree(sha, tmp_path / "work" / "src")
+    with pytest.raises(ConfigError, match=r"submodule 'dep' url .* is not a network URL"):
+        submodules.update(checkout, ["csrc/cutlass"], {UPSTREAM: str(cutlass)})
+    assert (checkout / "csrc/cutlass/include").exists()  # the first level, checked, came
+    assert not (checkout / "csrc/cutlass/dep/SECRET.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("/srv/kernelwatch/mirrors/other", "is not a network URL"),
+        ("file:///srv/kernelwatch/mirrors/other", "is not a network URL"),
+        ("ext::sh -c touch% /tmp/pwned", "is not a network URL"),
+        ("https://evil.example/NVIDIA/cutlass.git", "is https://evil.example; submodules"),
+        ("ssh://github.com/NVIDIA/cutlass.git", "is ssh://github.com; submodules"),
+        ("git@github.com:NVIDIA/cutlass.git", "is ssh://github.com; submodules"),
+        ("https://github.com/../../etc/x", "'..', '%'"),
+        ("https://github.com/%2e%2e/%2e%2e/x", "'..', '%'"),
+    ],
+)
+def test_submodule_urls_only_over_the_superprojects_scheme_and_host(url: str, why: str) -> None:
+    base = "https://github.com/Dao-AILab/flash-attention"
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        submodules.checked_url("csrc/cutlass", url, base, submodules.origin_of(base))
+
+
+def test_allowed_submodule_urls_resolve_as_git_does() -> None:
+    base = "https://github.com/Dao-AILab/flash-attention.git"
+    origin = submodules.origin_of(base)
+    assert origin == ("https", "github.com")
+    check = submodules.checked_url
+    assert check("c", "https://github.com/NVIDIA/cutlass.git", base, origin) == (
+        "https://github.com/NVIDIA/cutlass.git"
+    )
+    assert check("c", "../cutlass.git", base, origin) == "https://github.com/Dao-AILab/cutlass.git"
+    assert check("c", "./sub", base, origin) == (
+        "https://github.com/Dao-AILab/flash-attention.git/sub"
+    )
+    # never above the host: the URL git is handed (-c submodule.<name>.url) is this one
+    assert check("c", "../../../../x", base, origin) == "https://github.com/x"
+    # a local superproject (a development source): any network host, never a local one
+    assert check("c", UPSTREAM, "/srv/src/fa", None) == UPSTREAM

@@ -1,5 +1,6 @@
 """`kernelwatch serve` brings up API, worker, dashboard and beat, and takes them down together."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -28,7 +29,27 @@ def _get(url: str) -> int:
         return 0
 
 
-def test_serve_starts_all_parts_and_stops_them_together(tmp_path: Path) -> None:
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = subprocess.run(
+            ["pgrep", "-P", str(todo.pop())], capture_output=True, text=True, check=False
+        ).stdout.split()
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_serve_starts_all_parts_and_stops_them_together(tmp_path: Path, how: str) -> None:
+    """SIGTERM: a clean stop; SIGKILL (issue 24): no part, pool child or helper is left."""
     api, dash = _free_port(), _free_port()
     env = {**os.environ, "KW_DATA_DIR": str(tmp_path / "data")}
     proc = subprocess.Popen(
@@ -49,6 +70,7 @@ def test_serve_starts_all_parts_and_stops_them_together(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    everything: list[int] = []
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -72,14 +94,60 @@ def test_serve_starts_all_parts_and_stops_them_together(tmp_path: Path) -> None:
             time.sleep(0.5)
         else:
             raise AssertionError(f"no beat among the parts: {cmdlines}")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-        time.sleep(1)
-        for pid in children:  # every part is gone with the supervisor
-            assert (
-                not Path(f"/proc/{pid}").exists()
-                or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
-            )
+        deadline = time.monotonic() + 60
+        while len(everything := _descendants(proc.pid)) <= 4:  # the worker's pool child
+            assert time.monotonic() < deadline, everything
+            time.sleep(0.5)
+        proc.send_signal(getattr(signal, how))
+        code = proc.wait(timeout=60)
+        assert code == (0 if how == "SIGTERM" else -signal.SIGKILL)
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline and not all(_gone(p) for p in everything):
+            time.sleep(0.5)
+        assert [p for p in everything if not _gone(p)] == []  # every part, and theirs
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in everything:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_started_for_a_command_dies_with_it(tmp_path: Path) -> None:
+    """The demo and the tests start a worker of their own (jobs/cli/processes.py); a
+    killed test run left one consuming its queue for good, taking other runs' messages."""
+    code = (
+        "import sys, time\n"
+        "from kernelwatch.db.config import Settings\n"
+        "from kernelwatch.jobs.cli.processes import start_worker\n"
+        "s = Settings(data_dir=sys.argv[1]); s.ensure_dirs()\n"
+        "print(start_worker(s, queue='kw-orphan-test', name='orphan').pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "data")], stdout=subprocess.PIPE, text=True
+    )
+    everything: list[int] = []
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(everything := [worker, *_descendants(worker)]) < 2:  # its pool child
+            assert time.monotonic() < deadline, "the worker did not start its pool"
+            time.sleep(0.5)
+        parent.kill()  # no clean-up of its own runs
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(_gone(p) for p in everything):
+            time.sleep(0.5)
+        assert [p for p in everything if not _gone(p)] == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+        for pid in everything:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -380,6 +380,13 @@ def test_bad_repo_config_at_the_commit_is_an_error_status(api: Api, source: dict
     )
     r = api.post("push", push_payload(source, bad, worse))
     assert r.json()["status"] == "config_error" and "install.recipe" in r.json()["detail"]
+    # a file built to break the parser (issue 24: RecursionError, a 500 on every delivery)
+    deep = make_repo(repo, {".kernelwatch.toml": "a = " + "[" * 5000 + "]" * 5000}, "deep")
+    r = api.post("push", push_payload(source, worse, deep))
+    assert r.status_code == 202 and r.json()["status"] == "config_error"
+    assert "nested 5000 deep" in r.json()["detail"]
+    status = api.fake.latest_status(FULL, deep, "kernelwatch/cpu")
+    assert status is not None and status["state"] == "error"
 
 
 # ----------------------------------------------------------------------------- pull requests

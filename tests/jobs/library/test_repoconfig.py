@@ -220,3 +220,62 @@ def test_a_mistyped_kernel_is_a_config_error_with_a_suggestion() -> None:
     )
     # a suite from a plugin (the library's own package) is only known to the worker
     assert parse('[suites]\nnames = ["mylib"]\nkernels = ["anything"]\n').suites.kernels
+
+
+# ----------------------------------------------------------------------------- hostile files
+# Issue 24: 10 kB of arrays nested 5,000 deep raised RecursionError (HTTP 500 on every
+# delivery, a run that "died" three times). Every way a file breaks the reader is a
+# ConfigError naming the file, decided before tomllib recurses.
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("a = " + "[" * 5000 + "]" * 5000, "arrays and inline tables nested 5000 deep"),
+        ("a = " + "{b = " * 3000 + "1" + "}" * 3000, "arrays and inline tables nested 3000 deep"),
+        ("a" + ".b" * 3000 + " = 1\n", "tables nested 3001 deep"),
+        ("[" + ".".join(["t"] * 3000) + "]\nx = 1\n", "tables nested 3001 deep"),
+        ("a = '" + "x" * 300_000 + "'\n", "over the limit of 262144"),
+    ],
+    ids=["arrays", "inline-tables", "dotted-keys", "table-header", "size"],
+)
+def test_a_file_built_to_break_the_parser_is_a_config_error(text: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=r"^\.kernelwatch\.toml: ") as err:
+        parse(text)
+    assert said in str(err.value)
+
+
+def test_brackets_inside_strings_and_comments_are_not_nesting() -> None:
+    from kernelwatch.jobs.library.repoconfig import nesting
+
+    text = (
+        '[library]\nname = "[[[[{{{{"   # ]]]] [[[[ {{{{\n'
+        "module = '[[[['\n"
+        'x = """\n[[[[[[\n\\"""[[[["""\n'
+        "y = '''[[[[\n'''\n"
+        "z = [[1, 2], {a = [3]}]\n"
+    )
+    assert nesting(text) == 3
+    assert nesting("a = " + "[" * 40 + "]" * 40) == 40
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    from kernelwatch.jobs.library.mirror import Mirror
+    from kernelwatch.jobs.library.repoconfig import read_at
+    from tests.helpers import git, make_repo
+
+    src = tmp_path / "lib"
+    make_repo(src, {"README": "x\n"})
+    (src / ".kernelwatch.toml").write_bytes(b"[library]\nname = '\xff\xfe'\n")
+    git(src, "add", "-A")
+    git(src, "commit", "-q", "-m", "latin-1")
+    sha = git(src, "rev-parse", "HEAD")
+    mirror = Mirror(tmp_path / "mirrors", str(src))
+    mirror.sync()
+    with pytest.raises(ConfigError, match=r"^\.kernelwatch\.toml: not UTF-8 text"):
+        read_at(mirror, sha)
+    (src / ".kernelwatch.toml").write_text("a = '" + "x" * 300_000 + "'\n")
+    git(src, "commit", "-qam", "huge")
+    mirror.sync()
+    with pytest.raises(ConfigError, match=r"bytes, over the limit of 262144"):
+        read_at(mirror, git(src, "rev-parse", "HEAD"))

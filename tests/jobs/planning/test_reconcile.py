@@ -217,3 +217,84 @@ def test_reconcile_knobs_come_from_the_environment_and_the_lease(tmp_path: Path)
     assert config.stale_s == 8.0  # the worker's lease rule: 3 beats + 5 s
     with pytest.raises(ValueError, match="KW_RECONCILE_QUEUED_AFTER_S"):
         ReconcileConfig.from_settings(settings, {"KW_RECONCILE_QUEUED_AFTER_S": "soon"})
+
+
+# ----------------------------------------------------------------------------- issue 24, hole 11
+# The reconciler ran only inside the API: a deployment of workers (and `kernelwatch run`)
+# without the API never re-sent a lost message. It runs in every worker now, one pass
+# at a time fleet-wide.
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("kind", ["redis", "file"])
+def test_one_pass_per_interval_however_many_processes_wake(
+    tmp_path: Path, redis_db_url: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelwatch.jobs.planning import reconcile
+    from kernelwatch.jobs.planning.passlock import pass_lock
+
+    spans: list[tuple[float, float]] = []
+
+    def fake_pass(*_: object, **__: object) -> reconcile.PassReport:
+        start = time.monotonic()
+        time.sleep(0.15)  # a pass takes a while: another process must not start one
+        spans.append((start, time.monotonic()))
+        return reconcile.PassReport()
+
+    monkeypatch.setattr(reconcile, "reconcile_once", fake_pass)
+    interval = 0.5
+    config = ReconcileConfig(interval_s=interval)
+    broker = redis_db_url if kind == "redis" else None
+    threads = [
+        reconcile.ReconcilerThread(
+            None,  # type: ignore[arg-type]  # the fake pass needs no database
+            None,  # type: ignore[arg-type]
+            ReconcileConfig(interval_s=0.05),  # each process wakes often
+            pass_lock(broker, tmp_path, "reconcile", config.interval_s),
+        )
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(2.6)
+    for t in threads:
+        t.stop()
+    spans.sort()
+    assert sum(t.ran for t in threads) == len(spans)
+    assert sum(t.passes for t in threads) > 4 * len(spans)  # woke often, ran rarely
+    assert 3 <= len(spans) <= 6, spans  # ~2.6 s / 0.5 s, not one per wake-up
+    for (a0, a1), (b0, _) in zip(spans, spans[1:], strict=False):
+        assert b0 >= a1, "two passes at once"
+        assert b0 - a0 >= interval * 0.9, "two passes within one interval"
+
+
+@pytest.mark.redis
+def test_a_worker_without_the_api_sends_a_lost_message_again(
+    tmp_path: Path, redis_server: RedisServer, sqlite_url: str
+) -> None:
+    from kernelwatch.db.migrate import upgrade
+    from kernelwatch.jobs.cli.processes import worker_running
+
+    settings = Settings(
+        data_dir=tmp_path / "data", database_url=sqlite_url, broker_url=redis_server.url
+    )
+    settings.ensure_dirs()
+    upgrade(settings.resolved_database_url)
+    engine = make_engine(sqlite_url)
+    factory = sessionmaker(bind=engine, expire_on_commit=False)
+    # queued an hour ago, its message lost (Redis restarted without persistence, say)
+    run_id = add_run(factory, created=datetime.now(UTC) - timedelta(hours=1), queue="cpu")
+    knobs = {"KW_RECONCILE_INTERVAL_S": "0.5", "KW_RECONCILE_QUEUED_AFTER_S": "1"}
+    with worker_running(settings, queue="cpu", name="healer", extra_env=knobs):
+
+        def moved() -> bool:
+            with factory() as s:
+                run = s.get(Run, run_id)
+                return run is not None and run.status != "queued"
+
+        wait_until("the worker to re-send and take the run", moved, 60)
+    with factory() as s:
+        run = s.get(Run, run_id)
+        assert run is not None and run.options.requeues == 1
+        assert run.attempts == 1  # taken by the worker: the message was sent again
+    engine.dispose()
