@@ -106,8 +106,14 @@ def test_a_library_with_some_kernels_of_a_suite_measures_those_not_errors(
 
 def test_a_file_built_to_break_the_parser_ends_the_run_at_once_as_error(tmp_path: Path) -> None:
     """Issue 24: a 10 kB file nested 5,000 deep raised RecursionError in the worker; the
-    run ended after 346 s and three attempts as "the worker died 3 times"."""
+    run ended after 346 s and three attempts as "the worker died 3 times". The planner now
+    refuses it before anything is queued (issue 23); a run planned before it resolved
+    (no snapshot: its worker resolves it once) ends at once as ``error`` with the file's
+    message."""
     import time
+
+    from kernelwatch.db.models import Commit, Repository
+    from kernelwatch.jobs.errors import ConfigError
 
     settings = Settings(data_dir=tmp_path / "data")
     settings.ensure_dirs()
@@ -117,14 +123,26 @@ def test_a_file_built_to_break_the_parser_ends_the_run_at_once_as_error(tmp_path
     )
     src = tmp_path / "deep"
     sha = make_repo(src, {".kernelwatch.toml": "a = " + "[" * 5000 + "]" * 5000})
+    why = ".kernelwatch.toml: arrays and inline tables nested 5000 deep, over the limit of 32"
     req = RunRequest(source=str(src), commits=[sha], measure_baseline=False)
-    (planned,) = plan(factory, settings, make_celery(settings), req)
+    with pytest.raises(ConfigError, match="nested 5000 deep"):
+        plan(factory, settings, make_celery(settings), req)
+    with factory() as s, s.begin():
+        repo = Repository(name="deep", source=str(src))
+        s.add(repo)
+        s.flush()
+        commit = Commit(repository_id=repo.id, sha=sha, message="deep")
+        s.add(commit)
+        s.flush()
+        old = Run(repository_id=repo.id, commit_id=commit.id, status="queued",
+                  device_class="cpu", suites=["basic"])  # fmt: skip
+        s.add(old)
+        s.flush()
+        run_id = old.id
     started = time.monotonic()
-    assert execute(factory, settings, planned.id, worker="test@host") == "error"
+    assert execute(factory, settings, run_id, worker="test@host") == "error"
     assert time.monotonic() - started < 30
     with factory() as s:
-        run = s.get(Run, planned.id)
-        assert run is not None and run.attempts == 1
-        assert run.error == (
-            ".kernelwatch.toml: arrays and inline tables nested 5000 deep, over the limit of 32"
-        )
+        run = s.get(Run, run_id)
+        assert run is not None and run.attempts <= 1
+        assert run.error is not None and run.error.startswith(why), run.error
