@@ -272,9 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--screen-tol",
         type=float,
-        default=PairedConfig.screen_tol,
+        default=None,
         help="a side this much slower than its role's lower quartile and its pair partner "
-        "is set up again, then left out with its pair (default 0.05; 0: off)",
+        "is set up again, then left out with its pair (default 0.05 on a GPU; 0: off, "
+        "the CPU's default: its timing noise is larger than the state the screen finds)",
     )
     p.add_argument(
         "--graph-footprint-mb",
@@ -356,8 +357,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         block_s=0.02 if not cpu else 0.01,
         ask_timeout_s=args.case_timeout,
     )
-    if args.screen_tol is not None:
-        cfg.screen_tol = args.screen_tol
+    cfg.screen_tol = args.screen_tol if args.screen_tol is not None else (0.0 if cpu else 0.05)
     if args.graph_footprint_mb is not None:
         cfg.timer["graph_footprint_bytes"] = int(args.graph_footprint_mb * 2**20)
     began = time.perf_counter()

@@ -82,7 +82,7 @@ def inside(scratch: Path) -> dict[str, Any]:
     tmp = box.scratch(scratch)  # the box's /tmp and $HOME
     work = scratch / "work"  # a writable work directory, as a suite's
     work.mkdir(exist_ok=True)
-    box.owner([work])
+    box.owner([work], within=scratch)
     argv, env = box.wrap(
         [sys.executable, "-c", INSIDE], cwd=work, env=clean_env(), scratch=tmp, writable=[work]
     )
