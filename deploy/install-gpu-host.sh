@@ -243,7 +243,7 @@ if [[ -n $wheelhouse ]]; then
         kernelwatch
 else
     log "installing kernelwatch from $source_dir"
-    "${pip[@]}" install -- "$source_dir[gpu]"
+    "${pip[@]}" install -- "${source_dir}[gpu]"
 fi
 [[ -x $venv/bin/kernelwatch ]] || die "the package installed no kernelwatch command"
 

@@ -29,6 +29,13 @@ Issue 26: on the offline H200 host, in one call, what a GPU host of the fleet ru
      a version with ``pip --no-deps``: FlashInfer's companions (``apache-tvm-ffi``,
      ``nvidia-cudnn-frontend``) go into the interpreter's site-packages first;
 
+   - ``fa2``, ``fa3``: FlashAttention's carried snapshots (``.src/fa2-*``, ``.src/fa3-*``
+     from ``prepare-fa2``/``prepare-fa3``) replayed into one linear history with
+     CUTLASS's ``include/`` in place of the submodule (``fa_replay.py``), the documented
+     recipe without ``submodules`` as the service-side config, ``--range FIRST..LAST
+     --paired``: each commit built (trimmed profile, the worker's compiler cache) and
+     paired against the one before;
+
 5. the worker and Redis stopped, the database dumped: ``service.json`` holds every run
    (status, verdict, per-case median, ratio, interval, error, build log tail, GPU
    seconds) and ``service-records.jsonl`` every record, which ``dataset-runs.toml``
@@ -55,12 +62,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu import debs, fleet, host, liger, liger_table
+from benchmarks.gpu import debs, fa_replay, fleet, host, liger, liger_table
 
 NAME = "service"
-HELP = "sandboxed per-GPU worker + Redis + SQLite: Liger, SDPA, FlashInfer via `kernelwatch run`"
+HELP = "sandboxed per-GPU worker, Redis, SQLite: Liger, SDPA, FlashInfer, FA2/3 via kernelwatch run"
 WORK = Path("/tmp/kwsvc")
-LIBRARIES = ("sdpa", "liger", "flashinfer")
+LIBRARIES = ("sdpa", "liger", "flashinfer", "fa2", "fa3")
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 REDIS_PORT = 6390
 CLI = liger.CLI
@@ -78,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sdpa-suite", default="prefill", help="the SDPA rows' suite")
     p.add_argument("--flashinfer", default="0.5.3,0.6.0", help="versions, oldest first")
     p.add_argument("--flashinfer-suite", default="decode")
+    for kind in fa_replay.KINDS:
+        what = f"{kind.upper()} snapshots to replay, oldest first (default: all)"
+        p.add_argument(f"--{kind}", action="append", metavar="SHA", help=what)
+    p.add_argument("--fa-suite", action="append", help="FA runs' suites (default: the recipe's)")
     p.add_argument("--liger-limit", type=int, default=None, help="only the first N commits")
     p.add_argument("--case", default=None, help="only cases matching (run --case)")
     p.add_argument("--budget", type=float, default=None, help="sampling s per case (0.5; CPU 0.2)")
@@ -167,7 +178,28 @@ def plans(
             note = "CPU: no companions (FlashInfer needs a GPU)" if ctx.cpu else companions(ctx)
             argv = flashinfer_argv(python, versions, args.flashinfer_suite, host.WHEELS)
             out.append({"library": "flashinfer", "argv": argv + common, "companions": note})
+        elif lib in fa_replay.KINDS:
+            out.append(fa_plan(lib, args, python, work, common, configs))
     return out, configs
+
+
+def fa_plan(lib: str, args: argparse.Namespace, python: str, work: Path, common: list[str],
+            configs: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """FA2 or FA3's carried snapshots replayed (``fa_replay``), each commit paired against
+    the one before: ``kernelwatch run REPO --range FIRST..LAST --paired``."""
+    commits = fa_replay.ordered(args.src, lib, getattr(args, lib))
+    repo = work / f"flash-attention-{lib}"
+    replayed = fa_replay.replay(args.src, lib, commits, repo)
+    config = fa_replay.service_config(lib, work / f"{lib}.kernelwatch.toml")
+    configs[str(repo)] = str(config)
+    shas = [r.replayed for r in replayed]
+    argv = [python, *CLI, "run", str(repo)]
+    argv += ["--range", f"{shas[0]}..{shas[-1]}", "--paired"] if len(shas) > 1 else [
+        "--commit", shas[0]]  # fmt: skip
+    for suite in args.fa_suite or []:
+        argv += ["--suite", suite]
+    return {"library": lib, "argv": argv + common, "repo": str(repo),
+            "commits": [r.as_dict() for r in replayed]}  # fmt: skip
 
 
 def carried(lib: str, src: Path) -> bool:
@@ -175,6 +207,8 @@ def carried(lib: str, src: Path) -> bool:
         return (src / "liger-commits.json").is_file()
     if lib == "flashinfer":
         return bool(glob.glob(str(host.WHEELS / "flashinfer_python-*.whl")))
+    if lib in fa_replay.KINDS:
+        return bool(fa_replay.carried(src, lib))
     return True  # SDPA is torch's
 
 
@@ -388,6 +422,9 @@ def table(result: dict[str, Any]) -> list[str]:
     for p in result.get("plans") or []:
         head = f"{p['library']}: rc {p.get('rc')} in {p.get('seconds')} s"
         lines.append(head + (" (timed out)" if p.get("timed_out") else ""))
+        # a replayed history's runs are named by their upstream commit (FA's tag or sha)
+        upstream = {str(c["replayed"]): f"{c.get('ref', c['upstream'][:8])} (upstream)"
+                    for c in p.get("commits") or [] if "replayed" in c}  # fmt: skip
         for r in p.get("dumped") or []:
             cases = r.get("cases") or []
             counts: dict[str, int] = {}
@@ -398,6 +435,7 @@ def table(result: dict[str, Any]) -> list[str]:
             tele = r.get("telemetry") or {}
             what = str(r["commit"])
             what = what.removeprefix("version:") if what.startswith("version:") else what[:10]
+            what = upstream.get(str(r["commit"]), what)
             lines.append(
                 f"  #{r['id']} {what:<28} {r['status']:<9} "
                 f"{str(r['verdict']):<8} env {built:<6} GPU {gpu_s} "

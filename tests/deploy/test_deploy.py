@@ -889,7 +889,7 @@ def test_every_gpu_install_path_installs_nvml(tmp_path: Path) -> None:
     assert any(r.startswith("nvidia-ml-py") for r in gpu)
     assert not any(r.startswith("nvidia-ml-py") for r in project["dependencies"])  # CPU hosts
     installer = INSTALLER.read_text()
-    assert '"kernelwatch[gpu]"' in installer and '"$source_dir[gpu]"' in installer
+    assert '"kernelwatch[gpu]"' in installer and '"${source_dir}[gpu]"' in installer
     assert 'pip install "/src[gpu]"' in (DEPLOY / "Dockerfile.worker").read_text()
     kept = _wheelhouse_requirements(
         tmp_path,

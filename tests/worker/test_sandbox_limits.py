@@ -10,6 +10,7 @@ fallback does, and these tests prove the fallback.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -146,8 +147,17 @@ def test_a_delegated_cgroup_gives_each_sandbox_its_own_limits(tmp_path: Path) ->
 
 
 def test_a_cgroup_holding_processes_not_the_services_is_left_alone(tmp_path: Path) -> None:
-    root = _fake_cgroupfs(tmp_path, "1\n")  # init's session is not ours
-    assert Cgroup.delegated(root=root, own="/system.slice/kernelwatch-worker.service") is None
+    # A process of another session (in a container, init may share ours: start one that doesn't)
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        root = _fake_cgroupfs(tmp_path, f"{stranger.pid}\n")
+        assert Cgroup.delegated(root=root, own="/system.slice/kernelwatch-worker.service") is None
+        assert (
+            root / "system.slice" / "kernelwatch-worker.service" / "cgroup.procs"
+        ).read_text() == (f"{stranger.pid}\n")  # nothing moved
+    finally:
+        stranger.kill()
+        stranger.wait()
     assert Cgroup.delegated(root=root, own="/") is None  # never the whole host
     svc = root / "system.slice" / "kernelwatch-worker.service"
     (svc / "cgroup.procs").write_text(f"{os.getpid()}\n")

@@ -99,7 +99,7 @@ def test_a_misspelt_table_is_an_error_with_a_suggestion_not_the_default_suite() 
     )
     assert _error("[flags]\nx = 1\n") == (
         ".kernelwatch.toml: unknown table [flags]; the tables are "
-        "[library], [install], [gpus], [suites], [thresholds]"
+        "[library], [install], [gpus], [suites], [thresholds], [gate]"
     )
     assert "did you mean [suites]?" in _error("suite = 3\n")  # a top-level key, not a table
 
