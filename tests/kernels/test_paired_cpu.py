@@ -30,8 +30,19 @@ def test_two_processes_detect_double_work() -> None:
         slow = compare(
             a, b, FACTORY, {"n": 96}, {"n": 96, "extra_rows": 96}, cfg, timer={"min_warmup_s": 0.02}
         )
-        assert slow.verdict == "regression", slow
         assert 1.5 < slow.ratio < 2.6
+        # three pairs that agree decide the 2x slowdown; where a loaded CPU threw one
+        # pair off, the interval over three pairs is wide: undecided, never unchanged
+        by_pair: dict[int, list[float]] = {}
+        for p, r in zip(slow.pairs, slow.group_ratios, strict=True):
+            by_pair.setdefault(p, []).append(math.log(r))
+        pair_ratios = [math.exp(sum(v) / len(v)) for v in by_pair.values()]
+        if min(pair_ratios) > 1.8 and max(pair_ratios) / min(pair_ratios) < 1.15:
+            # then the interval's low end is above 1.05 however the three lie (99 %,
+            # t = 9.92 at 2 dof: at worst log(1.8) - 2.97 log(1.15) = 0.17 > log(1.05))
+            assert slow.verdict == "regression", (pair_ratios, slow)
+        else:
+            assert slow.verdict in ("regression", "inconclusive"), (pair_ratios, slow)
         assert slow.ci_low <= slow.ratio <= slow.ci_high
     finally:
         a.close()
@@ -74,13 +85,28 @@ def test_several_process_pairs_spread_the_groups_and_take_the_interval_over_pair
     b = [Side("B0"), Side("B1"), Side("B2")]
     try:
         # the screen off: this is about spreading groups over pairs, and a loaded CPU's
-        # noise can set a side off (the screen has tests of its own, test_paired_pool.py)
-        cfg = PairedConfig(min_effect=0.05, budget_s=10, block_s=0.01, groups_min=4, screen_tol=0.0)
+        # noise can set a side off (the screen has tests of its own, test_paired_pool.py);
+        # blocks of 40 ms of a 128-row matmul: with 10 ms of 96 rows, a loaded CPU (CI
+        # runs two test processes on 2 cores) left one pair of three 1x and the
+        # interval over three pairs [0.54, 7.0] around a 2x slowdown
+        cfg = PairedConfig(min_effect=0.05, budget_s=10, block_s=0.04, groups_min=4, screen_tol=0.0)
         slow = compare(
-            a, b, FACTORY, {"n": 96}, {"n": 96, "extra_rows": 96}, cfg, timer={"min_warmup_s": 0.02}
-        )
-        assert slow.verdict == "regression", slow
+            a, b, FACTORY, {"n": 128}, {"n": 128, "extra_rows": 128}, cfg,
+            timer={"min_warmup_s": 0.02},
+        )  # fmt: skip
         assert 1.5 < slow.ratio < 2.6
+        # three pairs that agree decide the 2x slowdown; where a loaded CPU threw one
+        # pair off, the interval over three pairs is wide: undecided, never unchanged
+        by_pair: dict[int, list[float]] = {}
+        for p, r in zip(slow.pairs, slow.group_ratios, strict=True):
+            by_pair.setdefault(p, []).append(math.log(r))
+        pair_ratios = [math.exp(sum(v) / len(v)) for v in by_pair.values()]
+        if min(pair_ratios) > 1.8 and max(pair_ratios) / min(pair_ratios) < 1.15:
+            # then the interval's low end is above 1.05 however the three lie (99 %,
+            # t = 9.92 at 2 dof: at worst log(1.8) - 2.97 log(1.15) = 0.17 > log(1.05))
+            assert slow.verdict == "regression", (pair_ratios, slow)
+        else:
+            assert slow.verdict in ("regression", "inconclusive"), (pair_ratios, slow)
         # every pair measured, equally often, at least twice (an interval per pair needs it)
         counts = [slow.pairs.count(p) for p in range(3)]
         assert len(set(counts)) == 1 and counts[0] >= 2, slow.pairs
