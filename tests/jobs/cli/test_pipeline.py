@@ -37,10 +37,14 @@ pytestmark = pytest.mark.slow
 class Env:
     def __init__(self, root: Path) -> None:
         self.root = root
-        # CPU timings judged like GPU ones, as tests/conftest.py asks for every test (this
-        # fixture is module-scoped and set up before that per-test setting); the CPU
-        # plumbing-only default has its own tests (tests/jobs/judging/test_cpu_plumbing.py)
-        self.settings = Settings(data_dir=root / "data", suite_timeout_s=300, cpu_timing_gates=True)
+        # The product's default: CPU timings are plumbing only, they never gate. Nothing
+        # here is about timing, and a docs-only commit's run measured apart from its
+        # baseline read rmsnorm 1.85x [1.73, 2.00] slower once while the other test
+        # process loaded the CPU: with CPU timings gating, a flaky FAIL of an unchanged
+        # commit. (Timing verdicts on the CPU are tested where they are the subject.)
+        self.settings = Settings(
+            data_dir=root / "data", suite_timeout_s=300, cpu_timing_gates=False
+        )
         self.settings.ensure_dirs()
         upgrade(self.settings.resolved_database_url)
         self.factory: sessionmaker[Session] = sessionmaker(
@@ -163,7 +167,7 @@ def test_cli_run_wait_json_and_show(env: Env, tmp_path: Path) -> None:
     src = tmp_path / "clilib"
     first = make_repo(src, library_files("clilib", GOOD_INIT, recipe="pythonpath"))
     second = make_repo(src, {"README.md": "docs"}, "docs only")
-    cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
+    cli_env = {"KW_DATA_DIR": str(env.settings.data_dir), "KW_CPU_TIMING_GATES": "0"}
     proc = run_cli(
         "run",
         str(src),
@@ -177,7 +181,7 @@ def test_cli_run_wait_json_and_show(env: Env, tmp_path: Path) -> None:
         "basic",
         env=cli_env,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-6000:]
     out = json.loads(proc.stdout)
     commits = [r["commit"] for r in out["runs"]]
     assert commits == [first, second]  # the unmeasured first parent is measured as baseline
