@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crowd]
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    e = Env(tmp_path_factory.mktemp("paired"))
+    e = Env(tmp_path_factory.mktemp("paired"), cpu_timing_gates=True)  # timing is the subject
     worker = start_worker(e.settings, name="paired")
     yield e
     worker.terminate()
