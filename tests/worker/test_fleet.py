@@ -755,7 +755,7 @@ def test_kill_9_of_the_main_process_takes_the_busy_pool_child_along(
     slow, slow_sha = library(tmp_path, "orphanlib", suite="noop", sleep={"noop": 60.0})
     w = fleet.worker("orphaned")
     fleet.wait_ready(w)
-    fleet.plan(slow, slow_sha, bench_args=["--budget", "0.01"])
+    orphaned = fleet.plan(slow, slow_sha, bench_args=["--budget", "0.01"])
     wait_until("the runner to start", lambda: pids_under(w.data_dir / "work"), 60)
     (pool,) = child_pids(w.proc.pid)
     os.kill(w.proc.pid, signal.SIGKILL)  # the main process only: no shutdown hook runs
@@ -769,6 +769,11 @@ def test_kill_9_of_the_main_process_takes_the_busy_pool_child_along(
         return state in ("gone", "Z") and not pids_under(w.data_dir / "work")
 
     wait_until("the pool child and its runner to die", gone, 15)
+    # Its run is left to no one: end it, or the next test's worker re-sends it (the
+    # reconciler) and spends 60 s on it first (the cancellation test read that runner
+    # as its own and waited 40 s for a kill that was not its to make)
+    cancel_runs(fleet.factory, fleet.settings, [orphaned], "test over")
+    assert fleet.run(orphaned).status not in ("queued", "running")
 
 
 def test_cancelled_runs_stop_queued_and_running_and_the_worker_goes_on(
