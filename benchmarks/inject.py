@@ -22,7 +22,10 @@ root, as they import ``benchmarks.benchcases``.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,25 @@ def _shape(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
 
 
+class CalibrationError(RuntimeError):
+    """The spin's slope could not be measured consistently: no injection is better
+    than one of unknown size (the side fails its set-up, visibly)."""
+
+
+# a dependent-FMA iteration takes between 0.1 ns (one cycle at 10 GHz) and 100 ns on
+# any GPU; outside that a "slope" is noise (2026-12-02, H200: processes that set up
+# while 15 others did read a slope <= 0, clamped to 1e-12 s, and injected 700 000
+# iterations, +11 000 %, while their log said "nominal 1.00 %")
+SLOPE_RANGE_S = (1e-10, 1e-7)
+# rounds of one attempt, and how far apart their slopes may lie (interquartile range
+# over the median): contention changes a round's slope, a quiet GPU repeats it. On the
+# H200 quiet attempts spread 0.1-1.1 %; one at 13.7 % read the slope 2.4x too shallow
+# and would have injected +2.4 % (2026-12-02, 27 calibrations)
+ROUNDS = 9
+MAX_SPREAD = 0.05
+ATTEMPTS = 12
+
+
 def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: float) -> int:
     """Extra spin iterations worth ``pct`` % of one call (kernel + base spin), measured.
 
@@ -72,6 +94,13 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
     from long spins alone (``spin.seconds_per_iter``) read 4x too steep on the H200
     while 16 side processes set up at once (the GPU time-slices long kernels between
     processes), and a 12 us GEMM's "+1 %" injected +0.25 % (2026-12-02).
+
+    Side processes set up together, so a calibration may run while other processes
+    load the GPU: an attempt counts only when its rounds agree (``MAX_SPREAD``) on a
+    physical slope (``SLOPE_RANGE_S``); otherwise it waits and measures again, and
+    after ``ATTEMPTS`` it raises ``CalibrationError``. One call's time is the fastest
+    round of the accepted attempt: timed blocks run one side at a time, so the
+    uncontended time is the one the injection is a percentage of.
     """
     probe = 4 * BASE_ITERS
     torch.cuda.synchronize()
@@ -79,23 +108,45 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
         fn(*args)
         spin(BASE_ITERS)
     torch.cuda.synchronize()
-    base, more = [], []
-    for _ in range(5):  # interleaved: whatever else the GPU does hits both alike
-        base.append(_time_calls(fn, args, BASE_ITERS))
-        more.append(_time_calls(fn, args, BASE_ITERS + probe))
-    base.sort()
-    more.sort()
-    t_call = base[2]
-    slope = max(1e-12, (more[2] - base[2]) / probe)
+    tried: list[dict[str, float]] = []
+    for attempt in range(ATTEMPTS):
+        base, more = [], []
+        for _ in range(ROUNDS):  # interleaved: whatever else the GPU does hits both alike
+            base.append(_time_calls(fn, args, BASE_ITERS))
+            more.append(_time_calls(fn, args, BASE_ITERS + probe))
+        slope, spread = slope_of(base, more, probe)
+        tried.append({"slope": slope, "spread": spread})
+        if SLOPE_RANGE_S[0] <= slope <= SLOPE_RANGE_S[1] and spread <= MAX_SPREAD:
+            break
+        time.sleep(0.25 * (attempt + 1))  # up to 20 s: the other sides' set-up ends
+    else:
+        seen = ", ".join(f"{t['slope']:.3g} s/iter ({t['spread']:.2f})" for t in tried)
+        raise CalibrationError(
+            f"{kernel}: the spin's slope did not settle in {ATTEMPTS} attempts: {seen}"
+        )
+    t_call = min(base)
     extra = max(0, round(pct / 100 * t_call / slope))
     conf = _conf()
     if getattr(conf, "LOG", ""):
         row = {"pid": os.getpid(), "kernel": kernel, "pct": pct, "t_call_s": t_call,
-               "spin_s_per_iter": slope, "extra_iters": extra,
-               "nominal_pct": 100 * extra * slope / t_call}  # fmt: skip
+               "spin_s_per_iter": slope, "spread": spread, "attempts": attempt + 1,
+               "extra_iters": extra, "nominal_pct": 100 * extra * slope / t_call}  # fmt: skip
         with open(conf.LOG, "a", encoding="utf-8") as log:
             log.write(json.dumps(row) + "\n")
     return extra
+
+
+def slope_of(base: list[float], more: list[float], probe: int) -> tuple[float, float]:
+    """The spin's seconds per iteration from interleaved rounds, and their spread.
+
+    Each round pairs a call with the base spin and one with ``probe`` more
+    iterations; its slope is their difference over ``probe``. The median of the
+    rounds is the slope, their interquartile range over it the spread (``inf`` when
+    the median is not positive).
+    """
+    slopes = sorted((m - b) / probe for b, m in zip(base, more, strict=True))
+    q1, median, q3 = statistics.quantiles(slopes, n=4, method="inclusive")
+    return median, ((q3 - q1) / median if median > 0 else math.inf)
 
 
 def _time_calls(fn: Callable[..., Any], args: tuple[Any, ...], iters: int, reps: int = 20) -> float:

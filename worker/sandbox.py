@@ -288,7 +288,7 @@ class Sandbox:
             return list(argv), inner
         user = SANDBOX_USER if self.uid is not None else inner.get("USER", "sandbox")
         inner.update(USER=user, LOGNAME=user)
-        out = ["bwrap", "--die-with-parent", "--new-session"]
+        out = [bwrap_program(), "--die-with-parent", "--new-session"]
         out += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
         out += ["--unshare-cgroup-try", "--hostname", "kernelwatch-sandbox"]
         if self.uid is None:
@@ -503,6 +503,17 @@ def _chown_tree(paths: Sequence[Path], uid: int, gid: int, recursive: bool = Tru
             for name in (*dirnames, *filenames):
                 with contextlib.suppress(FileNotFoundError):
                     os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+
+
+def bwrap_program() -> str:
+    """bubblewrap's absolute path, found on the worker's own ``PATH``.
+
+    The box is started with the inner environment, whose ``PATH`` is the sandbox's
+    short system list; ``subprocess`` looks a bare name up in *that* ``PATH``, so a
+    bwrap installed outside ``/usr/bin`` (a carried package under ``/opt``, a
+    Homebrew-style prefix) was "not found" although the worker's probe had found it.
+    """
+    return shutil.which("bwrap") or "bwrap"
 
 
 @functools.cache

@@ -388,7 +388,7 @@ def site_namespace() -> str:
     """
     import sysconfig
 
-    if _clean_import_ok(sys.executable):
+    if _clean_import_ok(sys.executable, outside=NAMESPACE):
         return "kernelwatch importable with a clean environment already"
     purelib = Path(sysconfig.get_path("purelib"))
     pkg = purelib / "kernelwatch"
@@ -404,13 +404,24 @@ def site_namespace() -> str:
             link.symlink_to(ROOT / part)
     except OSError as exc:
         return f"cannot write {pkg}: {exc}"
-    ok = _clean_import_ok(sys.executable)
+    ok = _clean_import_ok(sys.executable, outside=NAMESPACE)
     return f"links in {pkg} -> {ROOT}; clean import {'works' if ok else 'FAILS'}"
 
 
-def _clean_import_ok(python: str) -> bool:
+def _clean_import_ok(python: str, *, outside: Path | None = None) -> bool:
+    """Whether ``python`` imports ``kernelwatch.kernels`` with a clean environment.
+
+    With ``outside``, the import must also not depend on that folder: the sandbox
+    shows an empty ``/tmp``, so a kernelwatch found only through the light install's
+    ``.pth`` (``/tmp/kw``) imports on the host and fails in the box (H200,
+    2026-12-02: every sandboxed Liger run ended "No module named 'kernelwatch'").
+    """
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}
-    done = subprocess.run(
-        [python, "-c", "import kernelwatch.kernels"], env=env, capture_output=True, timeout=120
-    )
-    return done.returncode == 0
+    code = "import kernelwatch.kernels as k; print(k.__file__)"
+    done = subprocess.run([python, "-c", code], env=env, capture_output=True, timeout=120)
+    if done.returncode != 0:
+        return False
+    if outside is None:
+        return True
+    found = done.stdout.decode(errors="replace").strip().splitlines()[-1:]
+    return bool(found) and not Path(found[0]).is_relative_to(outside)

@@ -269,3 +269,25 @@ def test_a_fifo_where_the_worker_reads_does_not_block_it(tmp_path: Path) -> None
     (entry / "a.py").write_text("A = 1\n")
     os.mkfifo(entry / "pipe")
     assert _digest(entry) and _listing(entry)  # recorded, never opened
+
+
+def test_bubblewrap_is_started_by_the_path_the_worker_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inner environment's short PATH must not decide which bwrap runs.
+
+    subprocess looks a bare argv[0] up in the *child's* PATH: a bwrap installed
+    outside /usr/bin (on the H200, the carried package under /opt) was "not found"
+    for every run although the worker had found it (2026-12-02).
+    """
+    tools = tmp_path / "opt" / "bin"
+    tools.mkdir(parents=True)
+    fake = tools / "bwrap"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    box = Sandbox("bwrap", 10**9, 10**6, uid=None, gid=None)
+    scratch = box.scratch(tmp_path / "scratch")
+    argv, env = box.wrap(["true"], cwd=Path("/"), env=clean_env(), scratch=scratch)
+    assert argv[0] == str(fake)
+    assert str(tools) not in env["PATH"].split(":")  # the box's PATH stays its own

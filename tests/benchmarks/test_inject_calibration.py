@@ -1,0 +1,89 @@
+"""The injected slowdown's calibration (benchmarks/inject.py) refuses a slope it cannot trust.
+
+On the H200 (2026-12-02) candidate processes that calibrated while 15 others set up
+read the spin's slope as <= 0, clamped it to 1e-12 s and injected +11 000 % while
+their log said 1.00 %. The calibration now repeats until its rounds agree on a
+physical slope, and fails the side otherwise. The GPU timing is replaced here by a
+model of call times; the arithmetic and the decision are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks import inject
+
+T_CALL = 20e-6  # a 20 us kernel
+SLOPE = 3.5e-9  # the H200's spin, seconds per iteration
+
+
+def _model(noisy_calls: int) -> Iterator[float]:
+    """Call times: ``noisy_calls`` contended readings, then a quiet GPU's."""
+    n = 0
+    while True:
+        iters = yield  # type: ignore[misc]
+        n += 1
+        if n <= noisy_calls:
+            # another process's set-up: the base call slow, the probe's not
+            yield 3 * T_CALL + (0 if iters > inject.BASE_ITERS else 40e-6)
+        else:
+            yield T_CALL + iters * SLOPE
+
+
+@pytest.fixture
+def quiet_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    log = tmp_path / "calibration.jsonl"
+    monkeypatch.setattr(inject, "_conf", lambda: types.SimpleNamespace(LOG=str(log)))
+    monkeypatch.setattr(inject, "spin", lambda iters: None)
+    monkeypatch.setattr(inject.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(inject.time, "sleep", lambda s: None)
+    return log
+
+
+def _timer(monkeypatch: pytest.MonkeyPatch, noisy_calls: int) -> None:
+    gen = _model(noisy_calls)
+    next(gen)
+
+    def time_calls(fn: object, args: object, iters: int) -> float:
+        value = gen.send(iters)
+        next(gen)
+        return float(value)
+
+    monkeypatch.setattr(inject, "_time_calls", time_calls)
+
+
+def test_a_contended_first_attempt_is_measured_again(
+    quiet_gpu: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _timer(monkeypatch, noisy_calls=2 * inject.ROUNDS)  # the whole first attempt
+    extra = inject._calibrate("decode", lambda: None, (), 1.0)
+    (row,) = [json.loads(line) for line in quiet_gpu.read_text().splitlines()]
+    assert row["attempts"] == 2
+    assert row["spin_s_per_iter"] == pytest.approx(SLOPE)
+    one_call = T_CALL + inject.BASE_ITERS * SLOPE
+    assert row["t_call_s"] == pytest.approx(one_call)
+    assert extra == round(0.01 * one_call / SLOPE)
+    assert row["nominal_pct"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_slope_that_never_settles_fails_the_side(
+    quiet_gpu: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _timer(monkeypatch, noisy_calls=10**9)
+    with pytest.raises(inject.CalibrationError, match=f"did not settle in {inject.ATTEMPTS} "):
+        inject._calibrate("decode", lambda: None, (), 1.0)
+    assert not quiet_gpu.exists()  # nothing claims a nominal size
+
+
+def test_slope_of_reports_the_rounds_spread() -> None:
+    base = [10.0] * 9
+    assert inject.slope_of(base, [14.0] * 9, 4) == (1.0, 0.0)
+    slope, spread = inject.slope_of(base, [12.0, 14.0, 14.0, 14.0, 14.0, 14.0, 14.0, 14.0, 16.0], 4)
+    assert slope == 1.0 and spread == 0.0  # one outlier each way: the quartiles hold
+    slope, spread = inject.slope_of(base, [9.0] * 9, 4)
+    assert slope < 0 and spread == float("inf")
