@@ -4,10 +4,11 @@ The gate's power is a claim about real kernels ("+1 % flagged >= 95 %"), so the
 benchmark needs candidates that are slower by a known amount on the suites' own
 cases. This module wraps another implementation module kernel by kernel: each
 call runs the real kernel, then ``spin(BASE + extra)`` (``kernels/spin.py``: one
-warp of dependent FMAs, no memory traffic). Both sides launch the spin, so only
-its iterations differ; the candidate's ``extra`` is sized, once per case shape in
-each process, to ``PCT`` % of one measured call (the real kernel plus the base
-spin), from the spin's own measured slope.
+warp of dependent FMAs, no memory traffic), replayed as a CUDA graph so that the
+wrapper adds GPU time and almost no host time (``spin_after``). Both sides launch
+the spin, so only its iterations differ; the candidate's ``extra`` is sized, once
+per case shape in each process, to ``PCT`` % of one measured call (the real kernel
+plus the base spin), from the spin's own measured slope.
 
 Which side is which comes from a module on the side's ``PYTHONPATH``, as two
 library versions differ by their path: ``kwinject_conf`` with ``IMPL`` (the
@@ -106,7 +107,7 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
     torch.cuda.synchronize()
     for _ in range(3):
         fn(*args)
-        spin(BASE_ITERS)
+        spin_after(BASE_ITERS)
     torch.cuda.synchronize()
     tried: list[dict[str, float]] = []
     for attempt in range(ATTEMPTS):
@@ -149,6 +150,38 @@ def slope_of(base: list[float], more: list[float], probe: int) -> tuple[float, f
     return median, ((q3 - q1) / median if median > 0 else math.inf)
 
 
+_spin_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+
+
+def spin_after(iters: int) -> None:
+    """Queue the spin after a call at a host cost of one graph launch.
+
+    A Triton launch from Python costs tens of microseconds of host time. On the
+    H200 (2026-12-02) that turned the injected cases into host-bound ones: Liger's
+    71 us layernorm, launch-timed, read 117 us with the wrapper, and FlashInfer's
+    17 us decode crossed the timer's 50 us graph threshold and lost its CUDA graph;
+    their intervals spanned [0.65, 1.6]. Outside a capture the spin is a captured
+    graph, replayed (a few microseconds of host time); inside the suite's own capture
+    it is launched plainly and costs nothing at replay.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        spin(iters)
+        return
+    key = (torch.cuda.current_device(), int(iters))
+    graph = _spin_graphs.get(key)
+    if graph is None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            spin(iters)  # compiled and loaded before the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            spin(iters)
+        _spin_graphs[key] = graph
+    graph.replay()
+
+
 def _time_calls(fn: Callable[..., Any], args: tuple[Any, ...], iters: int, reps: int = 20) -> float:
     """Seconds of one call followed by a spin of ``iters``, over ``reps`` calls."""
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -156,7 +189,7 @@ def _time_calls(fn: Callable[..., Any], args: tuple[Any, ...], iters: int, reps:
     begin.record()
     for _ in range(reps):
         fn(*args)
-        spin(iters)
+        spin_after(iters)
     end.record()
     end.synchronize()
     return float(begin.elapsed_time(end)) / 1e3 / reps
@@ -176,7 +209,7 @@ def __getattr__(kernel: str) -> Callable[..., Any]:
             key = (kernel, _shape(args))
             if key not in _extra:  # the first call of a case is eager (paired_suite.case)
                 _extra[key] = _calibrate(kernel, fn, args, pct) if pct else 0
-            spin(BASE_ITERS + _extra[key])
+            spin_after(BASE_ITERS + _extra[key])
         return out
 
     call.__name__ = kernel

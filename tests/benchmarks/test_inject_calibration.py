@@ -10,11 +10,12 @@ model of call times; the arithmetic and the decision are the real ones.
 from __future__ import annotations
 
 import json
+import time
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import inject
 
@@ -22,39 +23,32 @@ T_CALL = 20e-6  # a 20 us kernel
 SLOPE = 3.5e-9  # the H200's spin, seconds per iteration
 
 
-def _model(noisy_calls: int) -> Iterator[float]:
+class _Gpu:
     """Call times: ``noisy_calls`` contended readings, then a quiet GPU's."""
-    n = 0
-    while True:
-        iters = yield  # type: ignore[misc]
-        n += 1
-        if n <= noisy_calls:
+
+    def __init__(self, noisy_calls: int) -> None:
+        self.noisy_calls, self.calls = noisy_calls, 0
+
+    def time_calls(self, fn: object, args: object, iters: int) -> float:
+        self.calls += 1
+        if self.calls <= self.noisy_calls:
             # another process's set-up: the base call slow, the probe's not
-            yield 3 * T_CALL + (0 if iters > inject.BASE_ITERS else 40e-6)
-        else:
-            yield T_CALL + iters * SLOPE
+            return 3 * T_CALL + (0 if iters > inject.BASE_ITERS else 40e-6)
+        return T_CALL + iters * SLOPE
 
 
 @pytest.fixture
 def quiet_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     log = tmp_path / "calibration.jsonl"
     monkeypatch.setattr(inject, "_conf", lambda: types.SimpleNamespace(LOG=str(log)))
-    monkeypatch.setattr(inject, "spin", lambda iters: None)
-    monkeypatch.setattr(inject.torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(inject.time, "sleep", lambda s: None)
+    monkeypatch.setattr(inject, "spin_after", lambda iters: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     return log
 
 
 def _timer(monkeypatch: pytest.MonkeyPatch, noisy_calls: int) -> None:
-    gen = _model(noisy_calls)
-    next(gen)
-
-    def time_calls(fn: object, args: object, iters: int) -> float:
-        value = gen.send(iters)
-        next(gen)
-        return float(value)
-
-    monkeypatch.setattr(inject, "_time_calls", time_calls)
+    monkeypatch.setattr(inject, "_time_calls", _Gpu(noisy_calls).time_calls)
 
 
 def test_a_contended_first_attempt_is_measured_again(
@@ -87,3 +81,44 @@ def test_slope_of_reports_the_rounds_spread() -> None:
     assert slope == 1.0 and spread == 0.0  # one outlier each way: the quartiles hold
     slope, spread = inject.slope_of(base, [9.0] * 9, 4)
     assert slope < 0 and spread == float("inf")
+
+
+@pytest.mark.gpu
+def test_the_spin_after_a_call_adds_gpu_time_not_host_time() -> None:
+    """The wrapper's spin is a replayed graph: same GPU time as a launch, less host time.
+
+    A Triton launch per call made Liger's 71 us layernorm host-bound (117 us a call)
+    and cost FlashInfer's 17 us decode its CUDA graph on the H200 (2026-12-02).
+    """
+    from kernelwatch.kernels.spin import spin
+
+    def gpu_s(launch: object, iters: int, reps: int = 50) -> float:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        spin(200_000)  # the GPU ahead of the host: events time the GPU
+        begin.record()
+        for _ in range(reps):
+            launch(iters)  # type: ignore[operator]
+        end.record()
+        end.synchronize()
+        return float(begin.elapsed_time(end)) / 1e3 / reps
+
+    def host_s(launch: object, reps: int = 200) -> float:
+        spin(2_000_000)
+        start = time.perf_counter()
+        for _ in range(reps):
+            launch(1000)  # type: ignore[operator]
+        took = (time.perf_counter() - start) / reps
+        torch.cuda.synchronize()
+        return took
+
+    for launch in (spin, inject.spin_after):
+        gpu_s(launch, 20_000, 5)
+        host_s(launch, 20)
+    plain, replayed = gpu_s(spin, 20_000), gpu_s(inject.spin_after, 20_000)
+    assert replayed == pytest.approx(plain, rel=0.1)
+    assert host_s(inject.spin_after) < host_s(spin)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # inside a capture the spin is captured, not replayed
+        inject.spin_after(1000)
+    graph.replay()
+    torch.cuda.synchronize()
