@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -119,7 +120,9 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
         tried.append({"slope": slope, "spread": spread})
         if SLOPE_RANGE_S[0] <= slope <= SLOPE_RANGE_S[1] and spread <= MAX_SPREAD:
             break
-        time.sleep(0.25 * (attempt + 1))  # up to 20 s: the other sides' set-up ends
+        # up to ~20 s for the other sides' set-ups to end; jittered, so that sides that
+        # collided (all 16 calibrate as a case is set up) do not collide again in step
+        time.sleep(random.uniform(0.5, 1.5) * 0.25 * (attempt + 1))
     else:
         seen = ", ".join(f"{t['slope']:.3g} s/iter ({t['spread']:.2f})" for t in tried)
         raise CalibrationError(
