@@ -230,6 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=sys.executable,
         help="interpreter of the candidate's environment (default: this one)",
     )
+    p.add_argument(
+        "--baseline-env",
+        default="{}",
+        help="JSON object: variables only the baseline's processes get (its recipe's)",
+    )
+    p.add_argument(
+        "--candidate-env",
+        default="{}",
+        help="JSON object: variables only the candidate's processes get (its recipe's)",
+    )
     p.add_argument("--suite", action="append", required=True, help="suite to run (repeatable)")
     p.add_argument("--impl", required=True, help="module providing the kernels (both sides)")
     p.add_argument("--backend", default=None, help="backend name in the case ids (default: --impl)")
@@ -324,6 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
+    for flag in ("baseline_env", "candidate_env"):
+        try:
+            value = json.loads(getattr(args, flag))
+        except json.JSONDecodeError as exc:
+            p.error(f"--{flag.replace('_', '-')} is not JSON: {exc}")
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            p.error(f"--{flag.replace('_', '-')} must be a JSON object of strings")
+        setattr(args, flag, value)
     if not args.min_effect > 0:
         p.error(f"--min-effect must be above 0 (a relative change), got {args.min_effect}")
     return args
@@ -366,6 +386,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         {"A": args.baseline_python, "B": args.candidate_python},
         {"A": args.baseline_path, "B": args.candidate_path},
         pairs,
+        envs={"A": args.baseline_env, "B": args.candidate_env},
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     records: list[dict[str, Any]] = []
@@ -466,8 +487,10 @@ class _Sides:
         paths: dict[str, str],
         pairs: int = 1,
         ready_timeout_s: float | None = 600.0,
+        envs: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
+        self.envs = envs or {}
         self.ready_timeout_s = ready_timeout_s
         self._costs: dict[str, float] = {}
         self.sides = {name: self._start_all(name) for name in self.paths}
@@ -478,10 +501,12 @@ class _Sides:
         ]
 
     def _start(self, label: str, role: str) -> Side:
-        """A side: its own library first on the path, then what the coordinator has."""
+        """A side: its own library first on the path, then what the coordinator has; its
+        own recipe's variables on top of the coordinator's environment."""
         own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         path = os.pathsep.join([p for p in self.paths[role].split(os.pathsep) if p] + own)
-        return Side(label, python=self.pythons[role], env={"PYTHONPATH": path}, hello=True)
+        env = {**self.envs.get(role, {}), "PYTHONPATH": path}
+        return Side(label, python=self.pythons[role], env=env, hello=True)
 
     def _wait_ready(self, sides: list[Side]) -> None:
         """Wait until every side is up; count the wait and the slowest start-up."""

@@ -53,7 +53,7 @@ from kernelwatch.kernels.record import ResultRecord
 from kernelwatch.worker import cardlock, recipes, submodules, venvs, workdirs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
-from kernelwatch.worker.sandbox import clean_env
+from kernelwatch.worker.sandbox import clean_env, recipe_overlay
 from kernelwatch.worker.suite_process import SuiteOutcome, SuiteRequest, run_suite
 
 
@@ -315,6 +315,9 @@ def _paired_request(
     passthrough = paired_passthrough(req.extra_args, note)
     req.module = "kernelwatch.kernels.paired_suite"
     req.pythonpath = ()  # the coordinator imports no library; each side gets its own path
+    # ... and its own recipe's variables: a runtime knob a recipe sets (a kernel's tile,
+    # a feature flag) belongs to one side, or two recipes that differ in it compare A/A
+    req.env = clean_env()
     req.readonly = (str(base.path), str(candidate.path))  # both sides' envs, read-only
     req.extra_args = [
         "--baseline-path",
@@ -333,6 +336,10 @@ def _paired_request(
         str(req.case_timeout_s),
         "--baseline-library",
         json.dumps({**req.library, "commit": baseline_sha}),
+        "--baseline-env",
+        json.dumps(recipe_overlay(base.run_env)),
+        "--candidate-env",
+        json.dumps(recipe_overlay(candidate.run_env)),
         *passthrough,
     ]
     # The coordinator bounds each set-up and block by the case timeout and turns a hang

@@ -153,13 +153,19 @@ def clean_env(
     """
     base = os.environ if base is None else base
     env = {k: base[k] for k in ALLOWED if k in base}
-    for key, value in (extra or {}).items():
-        if key.startswith("KW_") or any(m in key.upper() for m in SECRET_MARKERS):
-            continue
-        env[key] = value
+    env.update(recipe_overlay(extra or {}))
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+def recipe_overlay(extra: Mapping[str, str]) -> dict[str, str]:
+    """A recipe's variables as code under test may see them: no ``KW_*``, no secrets."""
+    return {
+        key: value
+        for key, value in extra.items()
+        if not key.startswith("KW_") and not any(m in key.upper() for m in SECRET_MARKERS)
+    }
 
 
 @dataclass(frozen=True)

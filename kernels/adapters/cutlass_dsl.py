@@ -28,8 +28,11 @@ names a file, one JSON line per compile there: a result record has no field for 
 
 The tile choice is a first guess, not yet tuned on a GPU: 64×64 tiles for
 ``m ≤ 64`` (more CTAs for thin GEMMs: the example has no split-K), else 128×256,
-cluster 1×1. ``KW_CUTLASS_DSL_TILE=128x128`` / ``KW_CUTLASS_DSL_CLUSTER=2x1``
-override it for a whole run; ``run(case, TileConfig(...))`` for one call.
+cluster 1×1. ``CUTLASS_DSL_TILE=128x128`` / ``CUTLASS_DSL_CLUSTER=2x1`` override it
+for a whole run; ``run(case, TileConfig(...))`` for one call. The tile is the code
+under test's choice, not the service's, so the names carry no ``KW_`` prefix: a
+``.kernelwatch.toml`` recipe sets them (``[install] env``), and a paired run of two
+commits whose recipes name two tiles compares the two configurations.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ from kernelwatch.kernels.suite import Inputs
 LIB = DIST
 CACHE_KEY = "_cache_cutlass_dsl"
 COMPILE_LOG_ENV = "KW_CUTLASS_DSL_COMPILE_LOG"
-TILE_ENV = "KW_CUTLASS_DSL_TILE"
-CLUSTER_ENV = "KW_CUTLASS_DSL_CLUSTER"
+TILE_ENV = "CUTLASS_DSL_TILE"
+CLUSTER_ENV = "CUTLASS_DSL_CLUSTER"
 NO_SCALES = (
     "CUTLASS's CuTe DSL Hopper dense GEMM example has no scale epilogue (C = A·B, converted): "
     "row-wise or per-tensor scaled FP8 is not what it computes"

@@ -193,3 +193,16 @@ def test_fp8_views_travel_as_bytes_and_carry_their_element_type() -> None:
     a8 = torch.randn(16, 32).to(torch.float8_e4m3fn)
     view = cd._view(dsl, a8, {})
     assert view.t.dtype == torch.uint8 and view.element_type == "e4m3"
+
+
+def test_a_recipe_may_choose_the_tile_and_the_service_names_stay_its_own() -> None:
+    """Two tiles are compared as two commits whose recipes differ in the tile line."""
+    from kernelwatch.jobs.errors import ConfigError
+    from kernelwatch.jobs.library.repoconfig import parse
+
+    text = f'[install]\nrecipe = "pythonpath"\nenv = {{ {cd.TILE_ENV} = "128x128" }}\n'
+    cfg = parse(text)
+    assert cfg.install is not None
+    assert cd.tile_config(64, 4096, cfg.install.env).label == "128x128/1x1"
+    with pytest.raises(ConfigError, match=cd.COMPILE_LOG_ENV):
+        parse(f'[install]\nrecipe = "pythonpath"\nenv = {{ {cd.COMPILE_LOG_ENV} = "x" }}\n')

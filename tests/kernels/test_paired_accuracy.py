@@ -307,3 +307,47 @@ def test_a_less_accurate_stage_the_confirmation_does_not_repeat_is_inconclusive(
     assert paired["confirmation"]["accuracy_verdict"] == "unchanged"
     assert paired["verdict"] == "inconclusive"
     assert record["status"] == "pass" and record["timing"] is not None
+
+
+# one library whose recipe variable picks the accumulation at run time
+BY_ENV = (
+    "import os\n"
+    + MATMUL_SPLIT_K.replace("def matmul(", "def _split(")
+    + MATMUL_GOOD.replace("import torch\n", "").replace("def matmul(", "def _good(")
+    + "\n\ndef matmul(a, b, out):\n"
+    + "    (_split if os.environ.get('KWTEST_ACCUMULATE') == 'split' else _good)(a, b, out)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("candidate_env", "verdict"),
+    [({"KWTEST_ACCUMULATE": "split"}, "less_accurate"), ({}, "unchanged")],
+)
+def test_each_side_runs_with_its_own_recipes_variables(
+    tmp_path: Path, candidate_env: dict[str, str], verdict: str
+) -> None:
+    """Two commits whose recipes differ in a run-time variable are compared as such.
+
+    The sides used to inherit the coordinator's environment, the candidate's recipe,
+    so a baseline ran with the candidate's knob and two configurations compared A/A.
+    """
+    tree = _lib(tmp_path / "trees", "lib", BY_ENV)
+    out = tmp_path / "paired.jsonl"
+    argv = [
+        "--baseline-path", tree, "--candidate-path", tree,
+        "--baseline-env", "{}", "--candidate-env", json.dumps(candidate_env),
+        "--suite", "basic", "--impl", "acclib", "--kernel", "matmul",
+        "--min-effect", "4.0", "--budget", "0.3", "--retries", "0",
+        "--case-timeout", "120", "--out", str(out), "--seed", "7",
+    ]  # fmt: skip
+    assert bench_paired(argv) == 0  # the worker's entry: records only
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["paired"]["accuracy_verdict"] == verdict, record["paired"]
+
+
+def test_a_side_environment_must_be_a_json_object_of_strings(tmp_path: Path) -> None:
+    base = ["--baseline-path", "", "--candidate-path", "", "--suite", "basic", "--impl", "x"]
+    for bad in ("[1]", '{"A": 1}', "{nope"):
+        with pytest.raises(SystemExit) as exc:
+            bench_paired([*base, "--out", str(tmp_path / "o"), "--candidate-env", bad])
+        assert exc.value.code == 2

@@ -216,3 +216,38 @@ def test_cli_run_paired_measures_head_and_baseline_in_one_run(
         loaded = s.get(Run, run["id"])
         assert loaded is not None and loaded.options.paired is True
         assert loaded.baseline_sha == demo["baseline"]
+
+
+def test_each_side_runs_with_its_own_commits_recipe_variables(env: Env, tmp_path: Path) -> None:
+    """Two commits whose ``.kernelwatch.toml`` differ in a run-time variable only.
+
+    The recipe picks the matmul's accumulation; the code is the same. The sides used
+    to inherit the candidate's variables both, and such a pair compared A/A.
+    """
+    from tests.helpers import MATMUL_GOOD, MATMUL_SPLIT_K
+
+    init = (
+        "import os\n"
+        + GOOD_INIT.replace("matmul, ", "")
+        + MATMUL_SPLIT_K.replace("def matmul(", "def _split(")
+        + MATMUL_GOOD.replace("def matmul(", "def _good(")
+        + "\n\ndef matmul(a, b, out):\n"
+        + "    (_split if os.environ.get('KWTEST_ACCUMULATE') == 'split' else _good)(a, b, out)\n"
+    )
+    src = tmp_path / "envkern"
+    files = library_files("envkern", init)
+
+    def recipe(way: str) -> dict[str, str]:
+        toml = files[".kernelwatch.toml"].replace(
+            'recipe = "pip"', f'recipe = "pip"\nenv = {{ KWTEST_ACCUMULATE = "{way}" }}'
+        )
+        return {**files, ".kernelwatch.toml": toml}
+
+    good = make_repo(src, recipe("plain"), "plain accumulation")
+    split = make_repo(src, recipe("split"), "split-K accumulation, by the recipe")
+    bench = ["--budget", "0.2", "--kernel", "matmul", "--seed", "7"]
+    (run,) = env.wait(paired(env, str(src), split, good, bench_args=bench))
+    assert run.status == "succeeded", run.error
+    matmul = env.results(run.id)["matmul"]
+    assert matmul.status == "pass", matmul.error
+    assert matmul.verdict == "less_accurate", (matmul.verdict, matmul.error)
