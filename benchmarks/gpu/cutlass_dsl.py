@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -55,15 +56,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sweep", action="store_true", help="the probe without its tile sweep")
     p.add_argument("--test-timeout", type=float, default=120, help="seconds per GPU test")
     p.add_argument("--dsl-dir", type=Path, default=DSL_DIR, help="the carried folder (.dsl)")
+    p.add_argument(
+        "--into-site",
+        action="store_true",
+        help="install the wheel into this interpreter's site-packages (not /tmp), where a "
+        "sandboxed worker of a later call on the same warm machine sees it "
+        "(service --library cutlass-dsl)",
+    )
 
 
 def install(
-    ctx: host.Context, dsl_dir: Path = DSL_DIR, site: Path = Path("/tmp")
+    ctx: host.Context, dsl_dir: Path = DSL_DIR, site: Path = Path("/tmp"), into_site: bool = False
 ) -> tuple[list[str], dict[str, Any]]:
     """PYTHONPATH entries that make the DSL and the example importable, and what was done.
 
     The wheel goes into ``site/dsl-<version>`` once per machine (a chained second
-    call finds it there).
+    call finds it there). ``into_site``: into the interpreter's own site-packages
+    instead, the one place of the host a sandboxed suite sees besides its checkout
+    (``/tmp`` is the box's scratch): the wheel's ``.pth`` lands there and is read at
+    start-up, so no path entry is needed.
     """
     # imported here, not at module level: the driver's parser must build on a bare host
     # before ``host.ensure_kernelwatch`` has made kernelwatch importable
@@ -91,15 +102,16 @@ def install(
     mismatch = version_mismatch((info["example"] or {}).get("ref"), version)
     if mismatch:
         info["notes"].append(mismatch)  # the adapter refuses to run then, with this reason
-    target = site / f"dsl-{version}"
+    target = Path(sysconfig.get_path("purelib")) if into_site else site / f"dsl-{version}"
     t0 = time.monotonic()
     if not (target / "nvidia_cutlass_dsl").is_dir():
         step = host.pip_target(ctx, f"install-cutlass-dsl-{version}", [str(wheel)], target)
         if not step.ok:
             info["wheel"] = f"pip install of {wheel.name} failed: {' '.join(step.tail)}"
             return paths, info
-    # --target does not read the wheel's .pth: its python_packages/ goes on the path by hand
-    paths = [str(target), str(target / "nvidia_cutlass_dsl" / "python_packages"), *paths]
+    if not into_site:
+        # --target does not read the wheel's .pth: its python_packages/ goes on the path
+        paths = [str(target), str(target / "nvidia_cutlass_dsl" / "python_packages"), *paths]
     info.update(wheel=wheel.name, version=version, target=str(target))
     info.update(wheel_bytes=wheel.stat().st_size, install_s=round(time.monotonic() - t0, 1))
     return paths, info
@@ -210,7 +222,7 @@ def _probe(ctx: host.Context, args: argparse.Namespace, paths: list[str]) -> dic
 
 
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    paths, inst = install(ctx, args.dsl_dir)
+    paths, inst = install(ctx, args.dsl_dir, into_site=args.into_site)
     result: dict[str, Any] = {"install": inst, "paths": paths}
     if not ctx.cpu and paths:
         result["imports"] = host.importable("cutlass.cute", os.pathsep.join(paths))

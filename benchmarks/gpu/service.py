@@ -67,7 +67,12 @@ from benchmarks.gpu import debs, fa_replay, fleet, host, liger, liger_table
 NAME = "service"
 HELP = "sandboxed per-GPU worker, Redis, SQLite: Liger, SDPA, FlashInfer, FA2/3 via kernelwatch run"
 WORK = Path("/tmp/kwsvc")
-LIBRARIES = ("sdpa", "liger", "flashinfer", "fa2", "fa3")
+LIBRARIES = ("sdpa", "liger", "flashinfer", "fa2", "fa3", "cutlass-dsl")
+# CUTLASS's CuTe DSL example as ``prepare-cutlass-dsl`` writes it (``.dsl/examples``), or
+# a copy beside the other sources: the 56 MiB wheel does not fit beside the service's
+# carry, so it is installed into site-packages by an earlier call on the same warm
+# machine (``cutlass-dsl --into-site``) and only the example travels with this one
+DSL_EXAMPLES = ("cutedsl", ".dsl/examples")
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 REDIS_PORT = 6390
 CLI = liger.CLI
@@ -90,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{kind}", action="append", metavar="SHA", help=what)
     p.add_argument("--fa-suite", action="append", help="FA runs' suites (default: the recipe's)")
     p.add_argument("--liger-limit", type=int, default=None, help="only the first N commits")
+    p.add_argument("--dsl-tile", action="append", metavar="MxN",
+                   help="CuTe DSL tiles, one commit each, paired in order "
+                   "(default 64x64 then 128x256)")  # fmt: skip
+    p.add_argument("--dsl-suite", default="gemm", help="the CuTe DSL runs' suite")
     p.add_argument("--case", default=None, help="only cases matching (run --case)")
     p.add_argument("--budget", type=float, default=None, help="sampling s per case (0.5; CPU 0.2)")
     p.add_argument("--reserve-s", type=float, default=50.0, help="kept for stop, dump, table")
@@ -118,6 +127,52 @@ def sdpa_repo(work: Path, backend: str, suite: str) -> Path:
     ident = ["-c", "user.name=kernelwatch", "-c", "user.email=service@kernelwatch.invalid"]
     git(*ident, "commit", "-q", "-m", f"torch SDPA, {backend} backend", cwd=repo)
     return repo
+
+
+def dsl_examples(src: Path) -> Path | None:
+    """The carried CuTe DSL example folder (``cutedsl_examples/`` and ``kw-source.json``)."""
+    for folder in (src / DSL_EXAMPLES[0], host.ROOT / DSL_EXAMPLES[1]):
+        if (folder / "kw-source.json").is_file():
+            return folder
+    return None
+
+
+def dsl_repo(work: Path, examples: Path, tiles: list[str], suite: str) -> tuple[Path, list[str]]:
+    """A repository of CUTLASS's CuTe DSL GEMM whose commits differ in the recipe's tile only.
+
+    The tile is the tested code's choice (``CUTLASS_DSL_TILE``, an ``[install] env``
+    line), so a paired range over these commits compares the configurations, each
+    side with its own commit's recipe.
+    """
+    from kernelwatch.jobs.library.mirror import git
+
+    repo = work / "cutlass-dsl"
+    shutil.rmtree(repo, ignore_errors=True)
+    shutil.copytree(examples, repo)
+    git("init", "-q", "-b", "main", cwd=repo)
+    ident = ["-c", "user.name=kernelwatch", "-c", "user.email=service@kernelwatch.invalid"]
+    shas = []
+    for tile in tiles:
+        (repo / ".kernelwatch.toml").write_text(
+            "# CUTLASS's CuTe DSL Hopper dense GEMM (benchmarks/gpu/service.py): the DSL is\n"
+            "# the worker's, the example this checkout; the tile is this commit's choice.\n"
+            '[library]\nname = "cutlass-dsl"\n'
+            'module = "kernelwatch.kernels.adapters.cutlass_dsl"\n\n'
+            '[install]\nrecipe = "pythonpath"\npythonpath = [""]\n'
+            f'env = {{ CUTLASS_DSL_TILE = "{tile}" }}\n\n'
+            f'[suites]\nnames = ["{suite}"]\n'
+        )
+        git("add", "-A", cwd=repo)
+        git(*ident, "commit", "-q", "-m", f"CuTe DSL GEMM, tile {tile}", cwd=repo)
+        shas.append(git("rev-parse", "HEAD", cwd=repo).strip())
+    return repo, shas
+
+
+def _commits(shas: list[str]) -> list[str]:
+    """``run``'s commit selection: each commit paired with the one before, or one commit."""
+    if len(shas) > 1:
+        return ["--range", f"{shas[0]}..{shas[-1]}", "--paired"]
+    return ["--commit", shas[0]]
 
 
 def common_args(args: argparse.Namespace, cpu: bool, wait_s: float) -> list[str]:
@@ -180,6 +235,25 @@ def plans(
             out.append({"library": "flashinfer", "argv": argv + common, "companions": note})
         elif lib in fa_replay.KINDS:
             out.append(fa_plan(lib, args, python, work, common, configs))
+        elif lib == "cutlass-dsl":
+            examples = dsl_examples(args.src)
+            if examples is None:
+                continue  # carried() said so; the JSON lists what ran
+            tiles = args.dsl_tile or ["64x64", "128x256"]
+            repo, shas = dsl_repo(work, examples, tiles, args.dsl_suite)
+            argv = [python, *CLI, "run", str(repo), *_commits(shas)]
+            if host.importable("cutlass.cute"):
+                dsl = "importable"
+            else:  # every case skips, saying so
+                dsl = "NOT importable: run cutlass-dsl --into-site first on this warm machine"
+            commits = [
+                {"tile": t, "ref": f"tile {t}", "upstream": c, "replayed": c}
+                for t, c in zip(tiles, shas, strict=True)
+            ]
+            out.append(
+                {"library": lib, "argv": argv + common, "repo": str(repo), "commits": commits,
+                 "dsl": dsl}
+            )  # fmt: skip
     return out, configs
 
 
@@ -193,9 +267,7 @@ def fa_plan(lib: str, args: argparse.Namespace, python: str, work: Path, common:
     config = fa_replay.service_config(lib, work / f"{lib}.kernelwatch.toml")
     configs[str(repo)] = str(config)
     shas = [r.replayed for r in replayed]
-    argv = [python, *CLI, "run", str(repo)]
-    argv += ["--range", f"{shas[0]}..{shas[-1]}", "--paired"] if len(shas) > 1 else [
-        "--commit", shas[0]]  # fmt: skip
+    argv = [python, *CLI, "run", str(repo), *_commits(shas)]
     for suite in args.fa_suite or []:
         argv += ["--suite", suite]
     return {"library": lib, "argv": argv + common, "repo": str(repo),
@@ -209,6 +281,8 @@ def carried(lib: str, src: Path) -> bool:
         return bool(glob.glob(str(host.WHEELS / "flashinfer_python-*.whl")))
     if lib in fa_replay.KINDS:
         return bool(fa_replay.carried(src, lib))
+    if lib == "cutlass-dsl":
+        return dsl_examples(src) is not None
     return True  # SDPA is torch's
 
 
@@ -421,7 +495,8 @@ def table(result: dict[str, Any]) -> list[str]:
         lines.append(f"ERROR: {result['error']}")
     for p in result.get("plans") or []:
         head = f"{p['library']}: rc {p.get('rc')} in {p.get('seconds')} s"
-        lines.append(head + (" (timed out)" if p.get("timed_out") else ""))
+        head += " (timed out)" if p.get("timed_out") else ""
+        lines.append(head + (f"; CuTe DSL {p['dsl']}" if p.get("dsl") else ""))
         # a replayed history's runs are named by their upstream commit (FA's tag or sha)
         upstream = {str(c["replayed"]): f"{c.get('ref', c['upstream'][:8])} (upstream)"
                     for c in p.get("commits") or [] if "replayed" in c}  # fmt: skip

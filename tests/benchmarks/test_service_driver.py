@@ -143,3 +143,29 @@ def test_run_arguments_parse() -> None:
     service.add_arguments(p)
     args = p.parse_args(["--library", "liger", "--library", "sdpa", "--sandbox", "none"])
     assert args.library == ["liger", "sdpa"] and args.sandbox == "none"
+
+
+def test_cute_dsl_commits_differ_in_the_recipes_tile_only(tmp_path: Path) -> None:
+    """Two tile configurations are two commits; a paired range compares them."""
+    from kernelwatch.jobs.library.mirror import git
+    from kernelwatch.jobs.library.repoconfig import parse
+    from kernelwatch.kernels.adapters import cutlass_dsl
+
+    examples = tmp_path / "src" / service.DSL_EXAMPLES[0]
+    (examples / "cutedsl_examples" / "hopper").mkdir(parents=True)
+    (examples / "cutedsl_examples" / "hopper" / "dense_gemm.py").write_text("# the example\n")
+    (examples / "kw-source.json").write_text('{"ref": "v4.3.5"}')
+    assert service.dsl_examples(tmp_path / "src") == examples
+    assert service.carried("cutlass-dsl", tmp_path / "src")
+    repo, shas = service.dsl_repo(tmp_path / "work", examples, ["64x64", "128x256"], "gemm")
+    assert len(shas) == 2
+    changed = git("diff", "--name-only", shas[0], shas[1], cwd=repo).split()
+    assert changed == [".kernelwatch.toml"]
+    for sha, tile in zip(shas, ("64x64", "128x256"), strict=True):
+        cfg = parse(git("show", f"{sha}:.kernelwatch.toml", cwd=repo))
+        assert cfg.install is not None and cfg.library is not None
+        assert cfg.install.env == {cutlass_dsl.TILE_ENV: tile}
+        assert cfg.library.module == "kernelwatch.kernels.adapters.cutlass_dsl"
+    assert (repo / "cutedsl_examples" / "hopper" / "dense_gemm.py").is_file()
+    assert service._commits(shas) == ["--range", f"{shas[0]}..{shas[1]}", "--paired"]
+    assert service._commits(shas[:1]) == ["--commit", shas[0]]
