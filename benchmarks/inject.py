@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from kernelwatch.kernels.spin import spin
+from kernelwatch.kernels.spin import seconds_per_iter, spin
 from kernelwatch.kernels.suite import load_impl
 
 CONF = "kwinject_conf"
@@ -92,10 +92,11 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
     """Extra spin iterations worth ``pct`` % of one call (kernel + base spin), measured.
 
     The spin's slope is taken where it runs: calls with the base spin and calls with
-    ``PROBE`` more iterations, interleaved, in this process as the case runs. A slope
-    from long spins alone (``spin.seconds_per_iter``) read 4x too steep on the H200
-    while 16 side processes set up at once (the GPU time-slices long kernels between
-    processes), and a 12 us GEMM's "+1 %" injected +0.25 % (2026-12-02).
+    a probe of more iterations (``probe_iters``: about one call's time),
+    interleaved, in this process as the case runs. A slope from long spins alone
+    (``spin.seconds_per_iter``) read 4x too steep on the H200 while 16 side
+    processes set up at once (the GPU time-slices long kernels between processes),
+    and a 12 us GEMM's "+1 %" injected +0.25 % (2026-12-02).
 
     Side processes set up together, so a calibration may run while other processes
     load the GPU: an attempt counts only when its rounds agree (``MAX_SPREAD``) on a
@@ -104,12 +105,13 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
     round of the accepted attempt: timed blocks run one side at a time, so the
     uncontended time is the one the injection is a percentage of.
     """
-    probe = 4 * BASE_ITERS
     torch.cuda.synchronize()
     for _ in range(3):
         fn(*args)
         spin_after(BASE_ITERS)
     torch.cuda.synchronize()
+    first = _time_calls(fn, args, BASE_ITERS)
+    probe = probe_iters(first, seconds_per_iter(torch.cuda.current_device()))
     tried: list[dict[str, float]] = []
     for attempt in range(ATTEMPTS):
         base, more = [], []
@@ -138,6 +140,20 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
         with open(conf.LOG, "a", encoding="utf-8") as log:
             log.write(json.dumps(row) + "\n")
     return extra
+
+
+def probe_iters(t_call: float, prior_slope: float) -> int:
+    """Extra iterations of the slope's probe: about one call's time, 4 000 to 5 million.
+
+    A fixed probe (4 000 iterations, 14 us on the H200) is well measured beside a
+    20 us kernel and lost in the noise of a 1 ms one, whose rounds then never agree.
+    ``prior_slope`` (``spin.seconds_per_iter``, from long spins: up to 4x off under
+    contention) only sizes the probe; the slope itself is measured by it.
+    """
+    floor = 4 * BASE_ITERS
+    if not prior_slope > 0 or not t_call > 0:
+        return floor
+    return int(min(max(floor, t_call / prior_slope), 5_000_000))
 
 
 def slope_of(base: list[float], more: list[float], probe: int) -> tuple[float, float]:

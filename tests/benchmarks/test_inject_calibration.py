@@ -42,6 +42,8 @@ def quiet_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     log = tmp_path / "calibration.jsonl"
     monkeypatch.setattr(inject, "_conf", lambda: types.SimpleNamespace(LOG=str(log)))
     monkeypatch.setattr(inject, "spin_after", lambda iters: None)
+    monkeypatch.setattr(inject, "seconds_per_iter", lambda device: 4 * SLOPE)  # long spins'
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(time, "sleep", lambda s: None)
     return log
@@ -72,6 +74,14 @@ def test_a_slope_that_never_settles_fails_the_side(
     with pytest.raises(inject.CalibrationError, match=f"did not settle in {inject.ATTEMPTS} "):
         inject._calibrate("decode", lambda: None, (), 1.0)
     assert not quiet_gpu.exists()  # nothing claims a nominal size
+
+
+def test_the_probe_is_about_one_call_long() -> None:
+    assert inject.probe_iters(20e-6, SLOPE) == 5714  # a 20 us decode: 5 714 iterations
+    assert inject.probe_iters(1e-3, SLOPE) == 285714  # a 1 ms prefill: 1 ms of spin
+    assert inject.probe_iters(1e-6, SLOPE) == 4 * inject.BASE_ITERS  # never below 4 000
+    assert inject.probe_iters(1.0, SLOPE) == 5_000_000
+    assert inject.probe_iters(1e-3, 0.0) == 4 * inject.BASE_ITERS  # no prior: the floor
 
 
 def test_slope_of_reports_the_rounds_spread() -> None:
