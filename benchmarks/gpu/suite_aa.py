@@ -153,6 +153,33 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
     }
 
 
+# what a case pays for its pool coming up (PairedSection.cost): each suite's first case
+POOL_START = ("start_wait_s", "process_start_s", "cuda_context_s")
+
+
+def pr_price(suites: list[dict[str, Any]], cases: int = 200) -> dict[str, float] | None:
+    """A PR of ``cases`` cases of one library, priced from one pass of this A/A.
+
+    The A/A starts a pool per suite (a library each); a PR's run starts one. So each
+    suite's first measured case gives back its pool's start, the mean over every
+    measured case is taken on what is left (re-measures, confirmations and restarts
+    in the middle of a suite stay in), and one pool start (the median) is added.
+    """
+    walls: list[float] = []
+    starts: list[float] = []
+    for suite in suites:
+        measured = [c for c in suite["cases"] if c["status"] == "pass"]
+        for i, case in enumerate(measured):
+            start = sum(case["cost"].get(k, 0.0) for k in POOL_START) if i == 0 else 0.0
+            if i == 0:
+                starts.append(start)
+            walls.append(case["wall_s"] - start)
+    if not walls:
+        return None
+    mean, start = statistics.fmean(walls), statistics.median(starts)
+    return {"mean_s": mean, "pool_start_s": start, "minutes": (cases * mean + start) / 60}
+
+
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     size = args.size or ("smoke" if ctx.cpu else "quick")
     extra = [a for a in args.bench_args if a != "--"]
@@ -221,6 +248,14 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             f"screen: {sum(c['resetups'] for c in every)} sides set up again, "
             f"{sum(c['excluded_pairs'] for c in every)} pairs left out"
         )
+    for n in range(args.passes):
+        price = pr_price([r for r in results if r["pass"] == n + 1])
+        if price is not None:
+            table.append(
+                f"pass {n + 1}: {price['mean_s']:.2f} s a case after its pool's start; a "
+                f"200-case PR of one library (one start, {price['pool_start_s']:.1f} s): "
+                f"{price['minutes']:.1f} min"
+            )
     doc = {"size": size, "bench_args": extra, "passes": args.passes, "suites": results}
     doc["blocked_passes"] = blocked_passes
     return doc, table

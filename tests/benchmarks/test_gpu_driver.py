@@ -191,3 +191,22 @@ def test_the_parser_builds_without_kernelwatch_as_on_a_bare_gpu_host() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert {"prelude", "suite-aa", "cutlass-dsl", "prepare-cutlass-dsl"} <= set(done.stdout.split())
+
+
+def test_a_prs_price_counts_one_pool_start_and_keeps_mid_suite_restarts() -> None:
+    from benchmarks.gpu.suite_aa import pr_price
+
+    def case(wall: float, start: float = 0.0, status: str = "pass") -> dict[str, object]:
+        return {"status": status, "wall_s": wall, "cost": {"process_start_s": start}}
+
+    suites = [
+        # the pool comes up in the first case (10 s of its 12); a restart later stays in
+        {"cases": [case(12.0, 10.0), case(2.0), case(9.0, 6.0), case(0.2, status="skip")]},
+        {"cases": [case(15.0, 14.0), case(3.0)]},
+    ]
+    price = pr_price(suites)
+    assert price is not None
+    assert price["mean_s"] == pytest.approx((2 + 2 + 9 + 1 + 3) / 5)
+    assert price["pool_start_s"] == pytest.approx(12.0)  # the median of 10 and 14
+    assert price["minutes"] == pytest.approx((200 * 17 / 5 + 12) / 60)
+    assert pr_price([{"cases": [case(1.0, status="skip")]}]) is None
