@@ -444,6 +444,11 @@ def _tool_paths() -> Iterator[Path]:
     own environment (what the service was started with), never from a run's or a
     recipe's; each is resolved with ``realpath`` and dropped when it lies in a
     directory that is never shown (homes, ``/etc``, ``/var``, ``/run``, ``/tmp``...).
+    A ``PATH`` entry named ``bin`` or ``sbin`` stands for its prefix: a toolchain
+    keeps its ``libexec``, ``lib`` and target directories beside ``bin``. On the
+    H200 image Triton's C compiler is ``/opt/gcc/bin/gcc``; with only ``bin`` bound
+    it exited 1 on Triton's launcher stub, so every Triton launch in the box failed
+    (2026-12-02).
     """
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         yield Path(prefix)
@@ -459,6 +464,8 @@ def _tool_paths() -> Iterator[Path]:
         if not part.startswith("/"):
             continue
         real = os.path.realpath(part)
+        if os.path.basename(real) in ("bin", "sbin"):
+            real = os.path.dirname(real)  # the toolchain's prefix
         if not any(recipe_env.under(real, top) for top in _NEVER) and real != "/":
             yield Path(real)
 

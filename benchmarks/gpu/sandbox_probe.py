@@ -8,7 +8,9 @@ there and can make its namespaces), and the GPU list from NVML beside the one fr
 cards). Inside the box, through the worker's own ``Sandbox.wrap`` (the binds and the
 allow-listed environment a suite process gets): the user it runs as, whether
 ``kernelwatch.kernels`` and torch import, whether CUDA sees the GPU through the bound
-``/dev/nvidia*`` nodes, and whether NVML reads the clocks there (the timer's telemetry).
+``/dev/nvidia*`` nodes, whether NVML reads the clocks there (the timer's telemetry), and
+whether a Triton kernel compiles and launches (Triton builds its launcher with the host's
+C compiler, which the box must show whole).
 It measures nothing.
 """
 
@@ -42,6 +44,25 @@ try:
     out["nvml_sm_mhz"] = r.sm_mhz if r else None
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
+if out.get("cuda"):
+    # Triton compiles its launcher with the host's C compiler at the first launch:
+    # the box must show the whole toolchain, not only its bin/
+    import shutil
+    out["cc"] = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    try:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _double(x_ptr, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+        y = torch.ones(1000, device="cuda")
+        _double[(1,)](y, 1000, BLOCK=1024)
+        out["triton"] = f"ok {triton.__version__} sum {float(y.sum())}"
+    except Exception as exc:
+        out["triton"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 print(json.dumps(out))
 """
 
@@ -83,8 +104,10 @@ def inside(scratch: Path) -> dict[str, Any]:
     work = scratch / "work"  # a writable work directory, as a suite's
     work.mkdir(exist_ok=True)
     box.owner([work], within=scratch)
+    script = work / "probe_inside.py"  # a file: triton.jit reads its kernel's source
+    script.write_text(INSIDE)
     argv, env = box.wrap(
-        [sys.executable, "-c", INSIDE], cwd=work, env=clean_env(), scratch=tmp, writable=[work]
+        [sys.executable, str(script)], cwd=work, env=clean_env(), scratch=tmp, writable=[work]
     )
     out["argv_head"] = argv[:12]
     try:
@@ -95,8 +118,9 @@ def inside(scratch: Path) -> dict[str, Any]:
     out["rc"] = done.returncode
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
     out["inside"] = json.loads(lines[-1]) if lines else None
-    if done.returncode or not lines:
-        out["stderr_tail"] = done.stderr[-2000:]
+    failed = not lines or not str(out["inside"].get("triton", "ok")).startswith("ok")
+    if done.returncode or failed:
+        out["stderr_tail"] = done.stderr[-2000:]  # a compiler's own message lands here
     return out
 
 

@@ -486,7 +486,8 @@ def table(result: dict[str, Any]) -> list[str]:
     lines.append(
         f"sandbox probe: {box.get('check', probe_doc.get('error'))}; inside: uid "
         f"{inside.get('uid')} cuda {inside.get('cuda')} device {inside.get('device')} "
-        f"nvml {inside.get('nvml')} ({inside.get('nvml_sm_mhz')} MHz)"
+        f"nvml {inside.get('nvml')} ({inside.get('nvml_sm_mhz')} MHz) triton "
+        f"{inside.get('triton')} (cc {inside.get('cc')})"
         + (f" error {inside['error']}" if inside.get("error") else "")
     )
     g = probe_doc.get("gpus") or {}

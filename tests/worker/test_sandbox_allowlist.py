@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -183,7 +184,41 @@ def test_the_view_is_the_services_own_toolchain(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("PATH", f"/usr/bin:/./etc:/root/bin:/bin:{Path(sys.executable).parent}")
     visible = Sandbox.from_env({"KW_SANDBOX": "none"}).visible()
     assert "/etc" not in visible and "/root/bin" not in visible
-    assert os.path.realpath("/usr/bin") in visible
+    # a bin/ on PATH stands for its prefix (a toolchain's libexec/ and lib/ beside it)
+    assert os.path.dirname(os.path.realpath("/usr/bin")) in visible
+
+
+def test_a_toolchain_on_the_workers_path_is_shown_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler under ``<prefix>/bin`` needs ``<prefix>/libexec`` in the box too.
+
+    On the H200 image Triton's C compiler is ``/opt/gcc/bin/gcc``: with only its
+    ``bin/`` bound it exited 1 and every Triton launch of every sandboxed suite
+    failed (2026-12-02). The toolchain here lives under /opt for the same reason:
+    /tmp is never shown.
+    """
+    if not os.access("/opt", os.W_OK):
+        pytest.skip("needs a writable /opt (the toolchain must lie outside /tmp)")
+    prefix = Path(tempfile.mkdtemp(prefix="kw-toolchain-", dir="/opt"))
+    try:
+        (prefix / "bin").mkdir()
+        (prefix / "libexec").mkdir()
+        (prefix / "libexec" / "cc1").write_text("backend found\n")
+        (prefix / "libexec" / "cc1").chmod(0o644)
+        tool = prefix / "bin" / "cc"
+        tool.write_text('#!/bin/sh\nexec cat "$(dirname "$0")/../libexec/cc1"\n')
+        tool.chmod(0o755)
+        for d in (prefix, prefix / "bin", prefix / "libexec"):
+            d.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{prefix / 'bin'}:/usr/bin:/bin")
+        box = _box()
+        scratch = box.scratch(tmp_path / "scratch")
+        argv, env = box.wrap([str(tool)], cwd=Path("/"), env=clean_env(), scratch=scratch)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout) == (0, "backend found\n"), done.stderr
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
 
 
 def test_every_test_the_threat_model_names_exists() -> None:
