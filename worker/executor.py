@@ -152,8 +152,10 @@ def execute(
                 suite_timeout_s=settings.suite_timeout_s,
                 extra_args=_runner_args(run_options, note),
             )
-            # a run that picks its own kernels or cases is not judged by the file's pick
-            selected = tuple(note.kernels or ())
+            # a run that picks its own kernels is not judged by the file's pick; one that
+            # narrows by its own --case may leave a file's kernel without a case
+            narrowed = "--case" in run_options.bench_args
+            selected = () if narrowed else tuple(note.kernels or ())
             if run_options.paired and baseline_sha:
                 req = _paired_request(
                     factory, settings, run_id, mirror, baseline_sha, env, req, run_options, trigger
@@ -394,7 +396,7 @@ def _case_timeout(options: RunOptions, settings: Settings) -> float:
 
 def _runner_args(options: RunOptions, note: ConfigNote) -> list[str]:
     """The run's own runner arguments, plus ``[suites] kernels`` as ``--kernel`` selectors
-    (``ConfigNote.kernels``: None when the run picks kernels or cases itself; a library
+    (``ConfigNote.kernels``: None when the run picks its own kernels; a library
     with only some of a suite's kernels leaves the others out instead of getting an
     ``error`` for each on every commit)."""
     args = list(options.bench_args)

@@ -11,7 +11,10 @@ the API or ``kernelwatch run`` before anything is queued.
 What is decided here:
 
 - suites: the run's own (``--suite``, a watched repository's ``suites``), else the file's;
-- kernels: ``[suites] kernels`` as selectors, unless the run picks kernels or cases itself;
+- kernels: ``[suites] kernels`` as selectors, unless the run picks kernels itself; a
+  run's ``--case`` narrows within them (a library's file names the kernels it has: a
+  pattern such as ``*dtype=bfloat16*`` must not reach a suite's other kernels, which
+  the library's adapter lacks, as an ``error`` each);
 - library module and name; the install recipe of the commit and, for a paired run, of
   its baseline commit (each side builds as its own commit says);
 - thresholds and confidence: the run's own values win, the file's fill the rest.
@@ -112,7 +115,7 @@ def resolve(
     else:
         rules = _rules(own)
     measured = list(suites) if options.suites_explicit else list(rules.suites)
-    picks_own = bool(set(SELECTORS) & set(options.bench_args))
+    picks_own = "--kernel" in options.bench_args
     baseline_install = _table(configs.at(baseline).install) if options.paired and baseline else None
     served = configs.served_path()
     note = ConfigNote(

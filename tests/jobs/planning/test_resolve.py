@@ -254,3 +254,33 @@ def test_run_gives_a_paired_run_its_gpu_budget_and_refuses_one_elsewhere(
     with sessionmaker(bind=make_engine(f"sqlite:///{db}"))() as s:
         (run,) = s.scalars(select(Run)).all()
         assert run.options.bench_args[-2:] == ["--gpu-budget", "60.0"]
+
+
+@pytest.mark.parametrize(
+    ("bench_args", "kernels"),
+    [
+        (["--case", "*dtype=bfloat16*"], ["softmax"]),  # narrows within the file's kernels
+        (["--kernel", "matmul"], None),  # picks its own: the file's pick steps aside
+        ([], ["softmax"]),
+    ],
+)
+def test_a_runs_case_pattern_narrows_within_the_files_kernels(
+    tmp_path: Path, bench_args: list[str], kernels: list[str] | None
+) -> None:
+    """``run --case '*dtype=bfloat16*'`` on Liger-Kernel's history (H200, 2026-12-02)
+    measured the basic suite's attention and matmul cases too, which Liger's adapter
+    lacks: two ``error`` records per commit and every run's verdict ``error``."""
+    settings, factory = _env(tmp_path)
+    toml = BASE_TOML.replace('names = ["basic"]', 'names = ["basic"]\nkernels = ["softmax"]')
+    head = make_repo(tmp_path / "lib", {"kern/__init__.py": "", ".kernelwatch.toml": toml}, "c")
+    req = RunRequest(
+        source=str(tmp_path / "lib"),
+        commits=[head],
+        measure_baseline=False,
+        options={"bench_args": bench_args},
+    )
+    (planned,) = plan(factory, settings, make_celery(settings), req)
+    with factory() as s:
+        run = s.get(Run, planned.id)
+        assert run is not None and run.options.config is not None
+        assert run.options.config.kernels == kernels
