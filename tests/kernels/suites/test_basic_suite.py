@@ -48,3 +48,13 @@ def test_kernel(spec: CaseSpec, kernel_timer) -> None:  # type: ignore[no-untype
     budget = 0.2 if DEVICE.type == "cpu" else 2.0
     m = kernel_timer(lambda i: spec.invoke(fn, i), inputs, TimerConfig(budget_s=budget))
     assert m.timing.n == len(m.timing.samples) > 0
+
+
+@pytest.mark.parametrize("size", ["smoke", "quick", "full"])
+def test_every_builtin_suite_builds_at_every_size_a_runner_defaults_to(size: str) -> None:
+    """The paired suite defaults to ``quick`` on a GPU, the runner to ``full``: a paired
+    Liger run on the H200 (2026-12-02) ended in ``KeyError: 'quick'`` from this suite."""
+    from kernelwatch.kernels.suite import load_suite, suite_names
+
+    for name in suite_names():
+        assert isinstance(load_suite(name, size, torch.device("cpu")), list), name
