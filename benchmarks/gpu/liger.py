@@ -198,11 +198,29 @@ def runs_json(log: Path) -> list[dict[str, Any]]:
 
 
 def run_argv(
-    python: str, repo: Path, shas: list[str], args: argparse.Namespace, wait_s: float, cpu: bool
+    python: str,
+    repo: Path,
+    shas: list[str],
+    args: argparse.Namespace,
+    wait_s: float,
+    cpu: bool,
+    *,
+    paired: bool = False,
 ) -> list[str]:
-    """``kernelwatch run`` over the replayed commits, first as the baseline."""
+    """``kernelwatch run`` over the replayed commits, first as the baseline.
+
+    ``paired``: each commit measured interleaved with the one before in one run (the
+    merge gate's protocol); otherwise the history's way, one run per commit judged
+    against the stored run before it. On the H200 (2026-12-02) the history's way
+    called Liger's softmax 32768x1000 +3.4 % [1.030, 1.037] at a commit that changed
+    neither its source nor ``ops/utils.py``: an interval from one run's samples
+    does not hold the process-to-process spread that pairing measures.
+    """
     argv = [python, *CLI, "run", str(repo)]
-    argv += ["--range", f"{shas[0]}..{shas[-1]}"] if len(shas) > 1 else ["--commit", shas[0]]
+    if len(shas) > 1:
+        argv += ["--range", f"{shas[0]}..{shas[-1]}"] + (["--paired"] if paired else [])
+    else:
+        argv += ["--commit", shas[0]]
     argv += ["--wait", "--json", "--timeout", f"{wait_s:.0f}"]
     budget = args.budget if args.budget is not None else (0.2 if cpu else 0.5)
     argv += ["--budget", str(budget)]

@@ -22,7 +22,8 @@ Issue 26: on the offline H200 host, in one call, what a GPU host of the fleet ru
      per backend whose ``.kernelwatch.toml`` names ``kernelwatch.kernels.adapters.sdpa_<b>``
      (recipe ``pythonpath``: torch is the worker's own), suite ``prefill``;
    - ``liger``: Liger-Kernel's 8 replayed commits (``.src/liger.bundle``, made by
-     ``prepare-liger``), ``--range`` first..last with ``docs/liger-kernel.kernelwatch.toml``
+     ``prepare-liger``), ``--range`` first..last ``--paired`` (each commit interleaved
+     with the one before) with ``docs/liger-kernel.kernelwatch.toml``
      (as ``liger`` does, now sandboxed: RMSNorm, LayerNorm and GeGLU run on the GPU);
    - ``flashinfer``: ``run flashinfer-python --version ==0.5.3 --version ==0.6.0
      --find-links .whl`` (the decode suite; 0.6.0 against 0.5.3). The worker installs
@@ -226,7 +227,7 @@ def plans(
             configs[str(repo)] = str(liger.CONFIG)
             shas = [c["replayed"] for c in commits]
             how = argparse.Namespace(budget=args.budget, kernel=None, case=args.case)
-            argv = liger.run_argv(python, repo, shas, how, wait_s, ctx.cpu)
+            argv = liger.run_argv(python, repo, shas, how, wait_s, ctx.cpu, paired=True)
             out.append({"library": "liger", "argv": argv, "repo": str(repo), "commits": commits})
         elif lib == "flashinfer":
             versions = [v.strip() for v in args.flashinfer.split(",") if v.strip()]

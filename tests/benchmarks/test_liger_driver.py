@@ -194,6 +194,9 @@ def test_the_run_command_and_its_json_line(tmp_path: Path) -> None:
     assert argv[5:7] == ["--range", f"{'a' * 40}..{'b' * 40}"]
     assert argv[argv.index("--budget") : argv.index("--budget") + 2] == ["--budget", "0.5"]
     assert argv[-4:] == ["--kernel", "softmax", "--case", "*bf16*"]
+    assert "--paired" not in argv  # the history's way: one run per commit
+    paired = liger.run_argv("py", Path("/r"), ["a" * 40, "b" * 40], args, 100.0, False, paired=True)
+    assert paired[5:8] == ["--range", f"{'a' * 40}..{'b' * 40}", "--paired"]
     one = liger.run_argv("py", Path("/r"), ["a" * 40], args, 100.0, cpu=True)
     assert one[5:7] == ["--commit", "a" * 40] and "0.2" in one
     log = tmp_path / "run.log"
