@@ -258,7 +258,59 @@ def fa2_versions(
     return _table(header, rows)
 
 
+LIGER_PREFIX = "service-h200-2026-12-02/liger-run"
+
+
+def liger_history(data: Dataset, prefix: str = LIGER_PREFIX) -> str:
+    """Liger-Kernel's replayed commits through the sandboxed worker: each case's median
+    per commit (upstream sha, from the commit rows' messages) and its correctness."""
+    files = sorted((f for f in data.records if f.startswith(prefix)),
+                   key=lambda f: int(f.removeprefix(prefix).removesuffix(".jsonl")))  # fmt: skip
+    messages = {c.sha: c.message for c in data.manifest.commit}
+    heads = []
+    for f in files:
+        m = re.search(r"upstream ([0-9a-f]{8})", messages.get(data.run(f).commit, ""))
+        heads.append(m.group(1) if m else _short(data.run(f).commit))
+    cells: dict[str, list[str]] = {}
+    for i, f in enumerate(files):
+        for r in data.records[f]:
+            key = f"{r.kernel} {r.params.get('rows')}x{r.params.get('cols')}"
+            row = cells.setdefault(key, ["—"] * len(files))
+            median = r.timing.median if r.timing and r.status == "pass" else None
+            row[i] = r.status if median is None else f"{median * 1e6:.1f}"
+    rows = [[k, *v] for k, v in sorted(cells.items())]
+    return _table(["case (bf16), median µs", *heads], rows)
+
+
+def sdpa_reference(
+    data: Dataset, file: str = "service-h200-2026-12-02/sdpa-flash-run9.jsonl"
+) -> str:
+    """PyTorch SDPA's flash backend through the sandboxed worker, the reference row:
+    per kernel and mask, how many cases ran, their time range and TFLOP/s range."""
+    groups: dict[tuple[str, str], list[ResultRecord]] = {}
+    skipped: dict[str, int] = {}
+    for r in data.records[file]:
+        if r.status == "skip":
+            skipped[r.kernel] = skipped.get(r.kernel, 0) + 1
+            continue
+        mask = "causal" if r.params.get("causal") else "non-causal"
+        groups.setdefault((r.kernel, mask), []).append(r)
+    rows = []
+    for (kernel, mask), recs in sorted(groups.items()):
+        ok = [r for r in recs if r.status == "pass" and r.timing]
+        times = sorted(r.timing.median for r in ok if r.timing)
+        rates = sorted(r.throughput.tflops for r in ok if r.throughput and r.throughput.tflops)
+        span = f"{_us(times[0])} – {_us(times[-1])}" if times else "—"
+        rate = f"{rates[0]:.0f} – {rates[-1]:.0f}" if rates else "—"
+        rows.append([kernel, mask, f"{len(ok)} of {len(recs)}", span, rate])
+    for kernel, n in sorted(skipped.items()):
+        rows.append([kernel, "skipped", str(n), "the backend cannot run these cases", ""])
+    return _table(["kernel", "mask", "passed", "median, fastest – slowest", "TFLOP/s"], rows)
+
+
 TABLES: dict[str, Callable[[Dataset], str]] = {
+    "liger-history": liger_history,
+    "sdpa-reference": sdpa_reference,
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.migrate import upgrade
-from kernelwatch.db.models import Commit, Result, Run
+from kernelwatch.db.models import Commit, Repository, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.jobs.errors import ConfigError
 from kernelwatch.jobs.planning.dataset import check_cards, load_manifest
@@ -23,7 +23,7 @@ FA3_B = "3e87e421f898c6919fa417d00e5afcec5909debe"
 FA3_C = "c75d019dea9d910312974417bc28f190dfdda6d9"
 FA3_CULPRIT = "59df2f9bdf029f8e837ca79e1c0fe8c5d32dea25"
 FA2_V283 = "060c9188beec3a8b62b33a3bfa6d5d2d44975fab"
-RUNS = 11
+RUNS = 20
 
 
 def _record_files() -> set[str]:
@@ -87,10 +87,12 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: 
     with factory() as s:
         runs = s.scalars(select(Run).order_by(Run.id)).all()
         assert len(runs) == RUNS and {r.trigger for r in runs} == {"import"}
-        assert [len(r.results) for r in runs] == [16, 16, 6, 6, 1, 1, 1, 1, 1, 4, 6]
+        sizes = [16, 16, 6, 6, 1, 1, 1, 1, 1, 4, 6] + [10] * 8 + [86]  # Liger x8, SDPA
+        assert [len(r.results) for r in runs] == sizes
         # measured dates, not the day of the import
         assert [r.created.date().isoformat() for r in runs] == [
             "2026-11-29", "2026-11-29", "2026-11-30", "2026-11-30", *["2026-12-01"] * 7,
+            *["2026-12-02"] * 9,
         ]  # fmt: skip
         by_sha = {r.commit.sha: r for r in runs[:4]}
         # FA3's commits carry their own dates and are in history order
@@ -131,13 +133,21 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: 
         assert len(s.scalars(select(Run)).all()) == RUNS
 
 
-def test_the_bisection_steps_and_fa2_versions_import_with_their_verdicts(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'kw.db'}"
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> sessionmaker[Session]:
+    """The whole dataset imported once into SQLite, for the tests that only read it."""
+    tmp = tmp_path_factory.mktemp("dataset")
+    url = f"sqlite:///{tmp / 'kw.db'}"
     upgrade(url)
-    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp)}
     assert run_cli("import", str(MANIFEST), "--json", env=env).returncode == 0
-    factory = sessionmaker(bind=make_engine(url))
-    with factory() as s:
+    return sessionmaker(bind=make_engine(url))
+
+
+def test_the_bisection_steps_and_fa2_versions_import_with_their_verdicts(
+    imported: sessionmaker[Session],
+) -> None:
+    with imported() as s:
         runs = s.scalars(select(Run).order_by(Run.id)).all()
         # the bisection's confirmation: 59df2f9b against its parent 3effce82, 1.68x
         (confirm,) = [r for r in runs if r.commit.sha == FA3_CULPRIT and "step3" in
@@ -149,6 +159,34 @@ def test_the_bisection_steps_and_fa2_versions_import_with_their_verdicts(tmp_pat
         (fa2,) = [r for r in runs if r.commit.sha == FA2_V283 and r.options.paired]
         assert {r.verdict for r in fa2.results} == {"unchanged"} and len(fa2.results) == 4
         assert all(abs(r.ratio - 1.0) < 0.002 for r in fa2.results)
+
+
+def test_liger_kernels_history_through_the_sandboxed_worker_imports_in_commit_order(
+    imported: sessionmaker[Session],
+) -> None:
+    """2026-12-02: Liger-Kernel's 8 replayed commits measured through ``kernelwatch
+    worker`` with bubblewrap on the H200; RMSNorm, LayerNorm and GeGLU ran on a GPU for
+    the first time, and every bf16 case passed its correctness check at every commit."""
+    with imported() as s:
+        liger = s.scalars(
+            select(Run)
+            .join(Commit)
+            .join(Repository)
+            .where(Repository.name == "Liger-Kernel")
+            .order_by(Run.id)
+        ).all()
+        assert len(liger) == 8
+        years = [r.commit.committed_at.year if r.commit.committed_at else 0 for r in liger]
+        assert years == [2025] * 2 + [2026] * 6  # the upstream dates: trends in commit order
+        for run in liger:
+            kernels = {r.record["kernel"] for r in run.results}
+            assert kernels == {"softmax", "rmsnorm", "layernorm", "swiglu", "geglu"}
+            assert {r.status for r in run.results} == {"pass"}
+            assert {r.record["params"]["dtype"] for r in run.results} == {"bfloat16"}
+        first = {(r.record["kernel"], r.record["params"]["rows"]): r.median_s
+                 for r in liger[0].results}  # fmt: skip
+        assert (first[("layernorm", 16384)] or 0) * 1e6 == pytest.approx(71.7, abs=0.05)
+        assert (first[("geglu", 16384)] or 0) * 1e6 == pytest.approx(428.6, abs=0.05)
 
 
 def test_a_file_measured_on_another_card_is_refused(tmp_path: Path) -> None:
