@@ -177,3 +177,14 @@ def test_the_spin_after_a_call_adds_gpu_time_not_host_time() -> None:
         inject.spin_after(1000)
     graph.replay()
     torch.cuda.synchronize()
+
+
+def test_a_long_list_is_keyed_by_its_length_not_element_by_element() -> None:
+    """The key runs on every wrapped call: FlashInfer decode's 512 page ids, keyed one
+    by one, cost 270 us a call and made a 19 us kernel host-bound on the H200."""
+    pages = list(range(512))
+    key = inject._shape(({"pages": pages, "q": torch.zeros(1, 32, 128)},))
+    (case,) = key
+    assert dict(case)["pages"] == ("seq", 512, "int")
+    assert inject._shape(({"pages": list(range(513))},)) != inject._shape(({"pages": pages},))
+    assert inject._shape(((1, 2), "x")) == ((1, 2), "x")  # short ones stay whole
