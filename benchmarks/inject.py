@@ -60,7 +60,7 @@ def _conf() -> Any:
     return importlib.import_module(CONF)
 
 
-# a sequence longer than this is keyed by its length and ends, not element by element
+# a sequence longer than this is keyed by its length and element type, not element by element
 _SEQ_WHOLE = 8
 
 

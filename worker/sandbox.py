@@ -444,7 +444,7 @@ def _tool_paths() -> Iterator[Path]:
     own environment (what the service was started with), never from a run's or a
     recipe's; each is resolved with ``realpath`` and dropped when it lies in a
     directory that is never shown (homes, ``/etc``, ``/var``, ``/run``, ``/tmp``...).
-    A ``PATH`` entry named ``bin`` or ``sbin`` stands for its prefix: a toolchain
+    An entry named ``bin`` or ``sbin`` stands for its prefix: a toolchain
     keeps its ``libexec``, ``lib`` and target directories beside ``bin``. On the
     H200 image Triton's C compiler is ``/opt/gcc/bin/gcc``; with only ``bin`` bound
     it exited 1 on Triton's launcher stub, so every Triton launch in the box failed

@@ -58,3 +58,4 @@ def test_every_builtin_suite_builds_at_every_size_a_runner_defaults_to(size: str
 
     for name in suite_names():
         assert isinstance(load_suite(name, size, torch.device("cpu")), list), name
+    assert load_suite("basic", size, torch.device("cpu"))  # a grid with cases, not an empty one
