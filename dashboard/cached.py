@@ -99,6 +99,11 @@ def run_results(url: str, run_id: int, samples: bool = False) -> pd.DataFrame:
     return queries.run_results(engine(url), run_id, samples)
 
 
+@st.cache_data(ttl=LIVE_TTL, show_spinner=False)
+def run_spreads(url: str, run_id: int) -> dict[str, float]:
+    return queries.run_spreads(engine(url), run_id)
+
+
 @st.cache_data(ttl=HISTORY_TTL, show_spinner=False)
 def cases_for(url: str, repository_id: int, device_class: str | None) -> pd.DataFrame:
     return queries.cases_for(engine(url), repository_id, device_class)

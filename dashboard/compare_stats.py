@@ -20,13 +20,14 @@ to one corner of the shape grid must stay visible.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from kernelwatch.jobs.judging.bootstrap import bootstrap_many, bootstrap_ratio
+from kernelwatch.jobs.judging.run_spread import widen
 from kernelwatch.kernels.verdict import MIN_EFFECT, judge_case
 
 # What a case present in one run only is called (not verdicts: there is no comparison).
@@ -60,11 +61,18 @@ def _samples(value: Any) -> list[float]:
     return list(value) if isinstance(value, list | tuple | np.ndarray) else []
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = MIN_EFFECT) -> pd.DataFrame:
+def compare(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    threshold: float = MIN_EFFECT,
+    spreads: Mapping[str, float] | None = None,
+) -> pd.DataFrame:
     """Per-case comparison of run ``a`` (baseline) and run ``b`` (candidate).
 
     Both frames come from ``queries.run_results(..., samples=True)``. Cases present
     in only one run are kept with an empty ratio, so a case that disappeared shows.
+    ``spreads``: each case's run-to-run spread (``queries.run_spreads`` of ``b``), by
+    which the interval is widened as the analysis widens it.
     """
     keep = [
         "case_id",
@@ -98,6 +106,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float = MIN_EFFECT) -> 
             ratio, low, high = stats
         else:
             ratio = low = high = math.nan
+        if _finite(ratio) and _finite(low) and _finite(high):
+            ratio, low, high = widen((ratio, low, high), (spreads or {}).get(r["case_id"], 0.0))
         status_a = _str(r["status_a"])
         status_b = _str(r["status_b"])
         reliable = bool(_first(r["reliable_b"], True)) and bool(_first(r["reliable_a"], True))

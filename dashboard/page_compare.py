@@ -16,6 +16,7 @@ import streamlit as st
 from kernelwatch.dashboard import cached, charts, compare_stats, fmt, nav
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.run_options import RunOptions
+from kernelwatch.jobs.judging.run_spread import GPU_FLOOR
 from kernelwatch.kernels.verdict import CONFIDENCE
 
 FIXED_ANY = "(worst over all)"
@@ -72,6 +73,7 @@ def render(url: str) -> None:
         cached.run_results(url, a_id, samples=True),
         cached.run_results(url, b_id, samples=True),
         threshold,
+        cached.run_spreads(url, b_id),
     )
     if cmp.empty:
         st.info("Neither run stored results.")
@@ -93,7 +95,9 @@ def render(url: str) -> None:
     )
     st.caption(
         f"Ratio of medians B/A (> 1: B is slower) with a {CONFIDENCE * 100:g} % bootstrap "
-        "interval over the stored samples of both runs; unpaired. Verdicts: the gate's rule "
+        "interval over the stored samples of both runs, widened by how far each case's "
+        f"median moves from run to run in B's history (at least {GPU_FLOOR:.1%} on a GPU); "
+        "unpaired. Verdicts: the gate's rule "
         f"at this minimum effect (regression only when the interval reaches +{threshold:.1%}; "
         "unchanged only when it lies within ±it). "
         + (

@@ -33,6 +33,7 @@ from kernelwatch.db.models import (
 from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.triage import TriageEvent
 from kernelwatch.db.types import JSONType
+from kernelwatch.jobs.judging import run_spread
 from kernelwatch.jobs.judging.compose import Authority, authority_of
 from kernelwatch.jobs.judging.history import CHANGEPOINT
 from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
@@ -314,6 +315,19 @@ def commit_answer(engine: Engine, run_id: int) -> dict[str, Any] | None:
             "runs": list(answer.runs),
             "in_flight": list(answer.in_flight),
         }
+
+
+def run_spreads(engine: Engine, run_id: int) -> dict[str, float]:
+    """Each case's run-to-run spread as the analysis allows for it when it judges run
+    ``run_id`` unpaired (``jobs/judging/run_spread.py``): the Compare page widens its
+    intervals by the same amount, so both give one interval the same word."""
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return {}
+        cases = [r.case_id for r in run.results]
+        series = run_spread.history_medians(session, run, cases, exclude=(run.id,))
+        return {c: run_spread.spread(series.get(c, []), run.device_class) for c in cases}
 
 
 def run_counts(engine: Engine) -> pd.DataFrame:

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Result, Run
-from kernelwatch.jobs.judging import bisect_trigger, history, problems
+from kernelwatch.jobs.judging import bisect_trigger, history, problems, run_spread
 from kernelwatch.jobs.judging.baselines import baseline_results, main_baseline_run
 from kernelwatch.jobs.judging.comparison import compare
 from kernelwatch.jobs.library.repoconfig import Thresholds
@@ -83,9 +83,16 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         run.baseline_run_id = main_baseline_run(bases)
         confidence = run.options.confidence
         confidence = settings.confidence if confidence is None else confidence
+        series = run_spread.history_medians(
+            session, run, [r.case_id for r in run.results], exclude=(run.id,)
+        )
         judged = [
             _unpaired(
-                result, bases.get(result.case_id), _threshold_of(thresholds, result), confidence
+                result,
+                bases.get(result.case_id),
+                _threshold_of(thresholds, result),
+                confidence,
+                run_spread.spread(series.get(result.case_id, []), run.device_class),
             )
             for result in run.results
         ]
@@ -104,9 +111,10 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
 
 
 def _unpaired(
-    result: Result, base: Result | None, threshold: float, confidence: float
+    result: Result, base: Result | None, threshold: float, confidence: float, spread: float
 ) -> Judgement:
-    """The case against its baseline result, from both runs' raw samples."""
+    """The case against its baseline result, from both runs' raw samples, allowing for
+    ``spread``: how far the case's median moves between runs (``run_spread.py``)."""
     result.baseline_result_id = base.id if base is not None else None
     ratio = low = high = None
     reliable = bool(result.reliable and (base is None or base.reliable))
@@ -117,7 +125,9 @@ def _unpaired(
         and len(base.samples) >= 2
         and len(result.samples) >= 2
     ):
-        cmp = compare(base.samples, result.samples, threshold, confidence, reliable=reliable)
+        cmp = compare(
+            base.samples, result.samples, threshold, confidence, reliable=reliable, spread=spread
+        )
         ratio, low, high = cmp.ratio, cmp.ci_low, cmp.ci_high
         result.p_value = cmp.p_slower if cmp.ratio >= 1 else cmp.p_faster
     else:

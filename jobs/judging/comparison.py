@@ -4,7 +4,8 @@
 how sure are we?" for two runs measured separately (the unpaired path; the
 merge gate's paired path judges inside ``kernels/paired.py``). The interval is
 the bootstrap of the ratio of medians (``bootstrap.py``, shared with the
-dashboard); the verdict is THE rule (``kernels/verdict.py``) applied to it. The
+dashboard), widened by how far the case's median moves from run to run
+(``run_spread.py``); the verdict is THE rule (``kernels/verdict.py``) applied to it. The
 one-sided Mann-Whitney p-values (scipy) are reported beside it, not part of the
 decision: one rule, one interval.
 """
@@ -19,6 +20,7 @@ import numpy.typing as npt
 from scipy.stats import mannwhitneyu
 
 from kernelwatch.jobs.judging.bootstrap import bootstrap_ratio
+from kernelwatch.jobs.judging.run_spread import widen
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, Decision, decide
 
 
@@ -54,13 +56,18 @@ def compare(
     confidence: float = CONFIDENCE,
     *,
     reliable: bool = True,
+    spread: float = 0.0,
 ) -> Comparison:
-    """Verdict on cand vs base: the rule applied to the bootstrap interval of the ratio."""
+    """Verdict on cand vs base: the rule applied to the bootstrap interval of the ratio,
+    widened by ``spread``, the sd of one run's median around its level
+    (``run_spread.py``: samples of one run cannot show how the next run differs)."""
     base = np.asarray(base_samples, dtype=float)
     cand = np.asarray(cand_samples, dtype=float)
     if len(base) < 2 or len(cand) < 2:
         raise ValueError("need at least two samples on each side")
     interval = bootstrap_ratio(base_samples, cand_samples, confidence)
+    if interval is not None:
+        interval = widen(interval, spread, confidence)
     ratio, lo, hi = interval if interval is not None else (math.nan, math.nan, math.nan)
     p_slower, p_faster = mann_whitney_p(base, cand)
     decision = decide(ratio, lo, hi, threshold, reliable=reliable)
