@@ -18,6 +18,7 @@ A/A of the same targets through the same wrapper.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -121,6 +122,9 @@ def _summarise(records: list[dict[str, Any]], calibrations: list[dict[str, Any]]
         "ratio_sd": statistics.stdev(ratios) if len(ratios) > 1 else None,
         "nominal_pct_mean": statistics.mean(nominal) if nominal else None,
         "nominal_pct_range": [min(nominal), max(nominal)] if nominal else None,
+        # sides that measured their own size, and sides that took the one logged first
+        "calibrated": sum(1 for c in calibrations if c.get("pct") and "reused" not in c),
+        "reused": sum(1 for c in calibrations if c.get("pct") and "reused" in c),
         "gpu_s_per_trial_median": statistics.median(walls) if walls else None,
         "gpu_s_total": sum(walls),
         "cases": [_trial(r) for r in records],
@@ -138,6 +142,25 @@ def _trial(record: dict[str, Any]) -> dict[str, Any]:
         "cost": p.get("cost"),
         "error": (record.get("error") or "")[:300],
     }
+
+
+def _calibrate_alone(
+    ctx: host.Context, label: str, t: Target, path: list[str], budget_s: float
+) -> host.Step:
+    """The target's injection sized once, by one process alone on the GPU.
+
+    The candidate's wrapper (``benchmarks/inject.py``) calibrates at a case's first
+    call and logs the size; the pool's candidate sides then inject that logged size
+    (``inject.logged_extra``) instead of each measuring while the others set up beside
+    it. One bench of the case with the candidate's path does that first call.
+    """
+    argv = [sys.executable, "-m", "kernelwatch.kernels.runner", "--suite", t.suite,
+            "--impl", "benchmarks.inject", "--backend", t.backend, "--case", t.case,
+            "--size", "smoke" if ctx.cpu else "quick", "--budget", "0.2", "--no-peaks",
+            "--out", str(ctx.logs / f"{label}-calibrate.jsonl")]  # fmt: skip
+    pythonpath = os.pathsep.join(p for p in [*path, str(host.ROOT)] if p)
+    return ctx.run(f"{label}-calibrate", argv, min(120.0, budget_s / 3), reserve=5,
+                   env={"PYTHONPATH": pythonpath})  # fmt: skip
 
 
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -159,6 +182,7 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         log = ctx.logs / f"{label}-calibration.jsonl"
         base = write_conf(ctx.logs / f"{label}-conf-A", t.impl, 0.0, log)
         cand = write_conf(ctx.logs / f"{label}-conf-B", t.impl, args.pct, log)
+        _calibrate_alone(ctx, label, t, [str(cand), lib], args.target_timeout)
         out = ctx.logs / f"{label}.jsonl"
         argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite"]
         argv += ["--baseline-path", ":".join(x for x in (str(base), lib) if x)]
