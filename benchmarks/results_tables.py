@@ -282,11 +282,39 @@ def liger_history(data: Dataset, prefix: str = LIGER_PREFIX) -> str:
     return _table(["case (bf16), median µs", *heads], rows)
 
 
+LIGER_PAIRED_PREFIX = "service-h200-2026-12-03/liger-paired-run"
+
+
+def liger_paired(data: Dataset, prefix: str = LIGER_PAIRED_PREFIX) -> str:
+    """Liger-Kernel's commits paired with the commit before through the sandboxed worker:
+    each case's ratio, interval and verdict per pair (upstream shas)."""
+    files = sorted((f for f in data.records if f.startswith(prefix)),
+                   key=lambda f: int(f.removeprefix(prefix).removesuffix(".jsonl")))  # fmt: skip
+    messages = {c.sha: c.message for c in data.manifest.commit}
+
+    def upstream(sha: str) -> str:
+        m = re.search(r"upstream ([0-9a-f]{8})", messages.get(sha, ""))
+        return m.group(1) if m else _short(sha)
+
+    heads = [f"{upstream(data.run(f).commit)} / {upstream(data.run(f).parent or '')}"
+             for f in files]  # fmt: skip
+    cells: dict[str, list[str]] = {}
+    for i, f in enumerate(files):
+        for r in data.records[f]:
+            key = f"{r.kernel} {r.params.get('rows')}x{r.params.get('cols')}"
+            row = cells.setdefault(key, ["—"] * len(files))
+            s = r.paired
+            row[i] = (f"{s.ratio:.4f} {_interval(s)} {s.verdict}"
+                      if s is not None and s.ratio else r.status)  # fmt: skip
+    rows = [[k, *v] for k, v in sorted(cells.items())]
+    return _table(["case (bf16): ratio, interval, verdict", *heads], rows)
+
+
 def sdpa_reference(
     data: Dataset, file: str = "service-h200-2026-12-02/sdpa-flash-run9.jsonl"
 ) -> str:
-    """PyTorch SDPA's flash backend through the sandboxed worker, the reference row:
-    per kernel and mask, how many cases ran, their time range and TFLOP/s range."""
+    """A PyTorch SDPA backend through the sandboxed worker, the reference row: per
+    kernel and mask, how many cases ran, their time range and TFLOP/s range."""
     groups: dict[tuple[str, str], list[ResultRecord]] = {}
     skipped: dict[str, int] = {}
     for r in data.records[file]:
@@ -310,7 +338,11 @@ def sdpa_reference(
 
 TABLES: dict[str, Callable[[Dataset], str]] = {
     "liger-history": liger_history,
+    "liger-paired": liger_paired,
     "sdpa-reference": sdpa_reference,
+    "sdpa-cudnn": lambda data: sdpa_reference(
+        data, "service-h200-2026-12-03/sdpa-cudnn-run4.jsonl"
+    ),
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,
