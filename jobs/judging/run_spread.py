@@ -50,6 +50,8 @@ GPU_FLOOR = 0.002
 # runs of a case's history read for its spread, and the fewest that give one
 WINDOW = 30
 MIN_POINTS = 2
+# runs read at most, newest first (each case then keeps its newest WINDOW of them)
+RUNS_READ = 4 * WINDOW
 # the runs a spread is read from: the history's triggers and imported measurements of
 # branch commits (a dataset's history, ``kernelwatch import``); never pull requests
 SPREAD_TRIGGERS = (*HISTORY_TRIGGERS, "import")
@@ -107,9 +109,10 @@ def history_medians(
     ids = list(dict.fromkeys(case_ids))
     if not ids:
         return {}
-    query = (
-        select(Result.case_id, Result.median_s, Commit.sequence, Run.id)
-        .join(Run, Result.run_id == Run.id)
+    # the newest runs first, bounded (this runs whenever a run is judged), then only
+    # their results for these cases
+    recent = (
+        select(Run.id, Commit.sequence)
         .join(Commit, Run.commit_id == Commit.id)
         .where(
             Run.repository_id == run.repository_id,
@@ -117,17 +120,27 @@ def history_medians(
             Run.trigger.in_(SPREAD_TRIGGERS),
             Run.status == "succeeded",
             Run.id.not_in(list(exclude)),
+        )
+        .order_by(Commit.sequence.desc(), Run.id.desc())
+        .limit(RUNS_READ)
+    )
+    upto = _baseline_sequence(session, run)
+    if upto is not None:
+        recent = recent.where(Commit.sequence <= upto)
+    order = {run_id: i for i, (run_id, _) in enumerate(session.execute(recent).all())}
+    if not order:
+        return {}
+    found = session.execute(
+        select(Result.case_id, Result.median_s, Result.run_id).where(
+            Result.run_id.in_(list(order)),
             Result.case_id.in_(ids),
             Result.status == "pass",
             Result.median_s.is_not(None),
         )
-    )
-    upto = _baseline_sequence(session, run)
-    if upto is not None:
-        query = query.where(Commit.sequence <= upto)
-    rows = session.execute(query.order_by(Commit.sequence.desc(), Run.id.desc())).all()
+    ).all()
+    rows = sorted(found, key=lambda row: order[row[2]])  # newest first
     out: dict[str, list[float]] = {}
-    for case_id, median, _, _ in rows:
+    for case_id, median, _ in rows:
         series = out.setdefault(case_id, [])
         if median is not None and len(series) < WINDOW:
             series.append(float(median))
