@@ -124,3 +124,22 @@ def test_a_still_history_keeps_its_power_and_its_unchanged(session: Session) -> 
     assert _verdict(runs[-2]) == CaseVerdict.UNCHANGED
     assert _verdict(runs[-1]) == CaseVerdict.REGRESSION
     assert runs[-1].verdict == RunVerdict.FAIL
+
+
+def test_the_spread_reads_a_bounded_window_up_to_the_baseline(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spread's query runs whenever a run is judged: it reads the newest
+    ``RUNS_READ`` runs up to the baseline commit, never the whole history, and never the
+    runs of the change being judged."""
+    from kernelwatch.jobs.judging import run_spread
+
+    medians = [100.0, 101.0, 102.0, 103.0, 104.0, 105.0]
+    runs = _history(session, medians)
+    judged = runs[-1]  # baseline: the commit before it
+    series = run_spread.history_medians(session, judged, [CASE], exclude=(judged.id,))
+    assert [round(m * 1e6) for m in series[CASE]] == [100, 101, 102, 103, 104]
+    monkeypatch.setattr(run_spread, "RUNS_READ", 3)
+    series = run_spread.history_medians(session, judged, [CASE], exclude=(judged.id,))
+    assert [round(m * 1e6) for m in series[CASE]] == [102, 103, 104]  # oldest first
+    assert run_spread.history_medians(session, judged, []) == {}
