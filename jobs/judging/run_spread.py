@@ -23,10 +23,10 @@ earlier runs (the baseline and one before it) are enough to read a spread, a rou
 one: Liger's softmax jumped +3.4 % at its third run, and the 0.9 % between its first
 two made that ``inconclusive``. A series of one run has the floor alone, so the
 second run of a series cannot know a spread it has not yet shown (the paired gate
-measures it). At the floor two
-runs' 99 % interval is ±0.73 % wider each way: an unchanged case can still be called
-``unchanged`` at the 1 % minimum effect when its runs agree closely, and a case whose
-runs move more is ``inconclusive`` rather than a false ``regression``. CPU timings are
+measures it). At the floor the term added to each half-width is 0.73 % (99 %): an
+unchanged case can still be called ``unchanged`` at the 1 % minimum effect when its
+runs agree closely, and a case whose runs move more is ``inconclusive`` rather than a
+false ``regression``. CPU timings are
 plumbing only (``kernels/verdict.py``) and get no floor.
 """
 
