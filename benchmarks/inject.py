@@ -120,15 +120,9 @@ def logged_extra(log_path: str, kernel: str, key: str) -> dict[str, Any] | None:
     could not settle): each side sized its own injection, and most sized it wrong.
     ``power.py`` calibrates each target once, alone on the GPU, before its pool starts.
     """
-    try:
-        lines = Path(log_path).read_text(encoding="utf-8").splitlines() if log_path else []
-    except OSError:
-        return None
-    for line in lines:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            row = json.loads(line)
-            if row.get("kernel") == kernel and row.get("key") == key and "reused" not in row:
-                return dict(row)
+    for row in _logged_rows(log_path):
+        if row.get("kernel") == kernel and row.get("key") == key and "reused" not in row:
+            return row
     return None
 
 
@@ -225,15 +219,26 @@ def _one_side_at_a_time(log_path: str) -> Iterator[None]:
 def logged_slope(log_path: str) -> float | None:
     """The median spin slope the target's sides logged so far, once two have (None
     before: one side's reading is no reference for the others)."""
+    slopes = []
+    for row in _logged_rows(log_path):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            slopes.append(float(row["spin_s_per_iter"]))
+    return statistics.median(slopes) if len(slopes) >= 2 else None
+
+
+def _logged_rows(log_path: str) -> list[dict[str, Any]]:
+    """The calibration log's rows, skipping lines that are not JSON objects."""
     try:
         lines = Path(log_path).read_text(encoding="utf-8").splitlines() if log_path else []
     except OSError:
-        return None
-    slopes = []
+        return []
+    rows = []
     for line in lines:
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            slopes.append(float(json.loads(line)["spin_s_per_iter"]))
-    return statistics.median(slopes) if len(slopes) >= 2 else None
+        with contextlib.suppress(ValueError):
+            row = json.loads(line)
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
 
 
 def probe_iters(t_call: float, prior_slope: float) -> int:

@@ -261,16 +261,24 @@ def fa2_versions(
 LIGER_PREFIX = "service-h200-2026-12-02/liger-run"
 
 
+def _numbered(data: Dataset, prefix: str) -> list[str]:
+    """The dataset's files ``<prefix><n>.jsonl``, by ``n``."""
+    files = (f for f in data.records if f.startswith(prefix))
+    return sorted(files, key=lambda f: int(f.removeprefix(prefix).removesuffix(".jsonl")))
+
+
+def _upstream(data: Dataset, sha: str) -> str:
+    """A replayed commit's upstream sha, from its commit row's message (else its own)."""
+    message = next((c.message for c in data.manifest.commit if c.sha == sha), "")
+    m = re.search(r"upstream ([0-9a-f]{8})", message)
+    return m.group(1) if m else _short(sha)
+
+
 def liger_history(data: Dataset, prefix: str = LIGER_PREFIX) -> str:
     """Liger-Kernel's replayed commits through the sandboxed worker: each case's median
     per commit (upstream sha, from the commit rows' messages) and its correctness."""
-    files = sorted((f for f in data.records if f.startswith(prefix)),
-                   key=lambda f: int(f.removeprefix(prefix).removesuffix(".jsonl")))  # fmt: skip
-    messages = {c.sha: c.message for c in data.manifest.commit}
-    heads = []
-    for f in files:
-        m = re.search(r"upstream ([0-9a-f]{8})", messages.get(data.run(f).commit, ""))
-        heads.append(m.group(1) if m else _short(data.run(f).commit))
+    files = _numbered(data, prefix)
+    heads = [_upstream(data, data.run(f).commit) for f in files]
     cells: dict[str, list[str]] = {}
     for i, f in enumerate(files):
         for r in data.records[f]:
@@ -288,15 +296,8 @@ LIGER_PAIRED_PREFIX = "service-h200-2026-12-03/liger-paired-run"
 def liger_paired(data: Dataset, prefix: str = LIGER_PAIRED_PREFIX) -> str:
     """Liger-Kernel's commits paired with the commit before through the sandboxed worker:
     each case's ratio, interval and verdict per pair (upstream shas)."""
-    files = sorted((f for f in data.records if f.startswith(prefix)),
-                   key=lambda f: int(f.removeprefix(prefix).removesuffix(".jsonl")))  # fmt: skip
-    messages = {c.sha: c.message for c in data.manifest.commit}
-
-    def upstream(sha: str) -> str:
-        m = re.search(r"upstream ([0-9a-f]{8})", messages.get(sha, ""))
-        return m.group(1) if m else _short(sha)
-
-    heads = [f"{upstream(data.run(f).commit)} / {upstream(data.run(f).parent or '')}"
+    files = _numbered(data, prefix)
+    heads = [f"{_upstream(data, data.run(f).commit)} / {_upstream(data, data.run(f).parent or '')}"
              for f in files]  # fmt: skip
     cells: dict[str, list[str]] = {}
     for i, f in enumerate(files):

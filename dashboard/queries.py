@@ -325,9 +325,7 @@ def run_spreads(engine: Engine, run_id: int) -> dict[str, float]:
         run = session.get(Run, run_id)
         if run is None:
             return {}
-        cases = [r.case_id for r in run.results]
-        series = run_spread.history_medians(session, run, cases, exclude=(run.id,))
-        return {c: run_spread.spread(series.get(c, []), run.device_class) for c in cases}
+        return run_spread.case_spreads(session, run)
 
 
 def run_counts(engine: Engine) -> pd.DataFrame:

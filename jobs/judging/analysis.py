@@ -83,16 +83,14 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         run.baseline_run_id = main_baseline_run(bases)
         confidence = run.options.confidence
         confidence = settings.confidence if confidence is None else confidence
-        series = run_spread.history_medians(
-            session, run, [r.case_id for r in run.results], exclude=(run.id,)
-        )
+        spreads = run_spread.case_spreads(session, run)
         judged = [
             _unpaired(
                 result,
                 bases.get(result.case_id),
                 _threshold_of(thresholds, result),
                 confidence,
-                run_spread.spread(series.get(result.case_id, []), run.device_class),
+                spreads[result.case_id],
             )
             for result in run.results
         ]

@@ -26,8 +26,8 @@ second run of a series cannot know a spread it has not yet shown (the paired gat
 measures it). At the floor the term added to each half-width is 0.73 % (99 %): an
 unchanged case can still be called ``unchanged`` at the 1 % minimum effect when its
 runs agree closely, and a case whose runs move more is ``inconclusive`` rather than a
-false ``regression``. CPU timings are
-plumbing only (``kernels/verdict.py``) and get no floor.
+false ``regression``. CPU timings are plumbing only (``kernels/verdict.py``) and get
+no floor.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def history_medians(
     # the newest runs first, bounded (this runs whenever a run is judged), then only
     # their results for these cases
     recent = (
-        select(Run.id, Commit.sequence)
+        select(Run.id)
         .join(Commit, Run.commit_id == Commit.id)
         .where(
             Run.repository_id == run.repository_id,
@@ -127,7 +127,7 @@ def history_medians(
     upto = _baseline_sequence(session, run)
     if upto is not None:
         recent = recent.where(Commit.sequence <= upto)
-    order = {run_id: i for i, (run_id, _) in enumerate(session.execute(recent).all())}
+    order = {run_id: i for i, run_id in enumerate(session.scalars(recent))}
     if not order:
         return {}
     found = session.execute(
@@ -145,6 +145,14 @@ def history_medians(
         if median is not None and len(series) < WINDOW:
             series.append(float(median))
     return {case_id: series[::-1] for case_id, series in out.items()}
+
+
+def case_spreads(session: Session, run: Run) -> dict[str, float]:
+    """Each of ``run``'s cases with the spread a comparison of it against its baseline
+    allows for: what the analysis judges with and the Compare page widens by."""
+    cases = [r.case_id for r in run.results]
+    series = history_medians(session, run, cases, exclude=(run.id,))
+    return {case: spread(series.get(case, []), run.device_class) for case in cases}
 
 
 def _baseline_sequence(session: Session, run: Run) -> int | None:
@@ -168,6 +176,7 @@ __all__ = [
     "MIN_POINTS",
     "SPREAD_TRIGGERS",
     "WINDOW",
+    "case_spreads",
     "floor_for",
     "history_medians",
     "series_sd",
