@@ -344,6 +344,9 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
     "sdpa-cudnn": lambda data: sdpa_reference(
         data, "service-h200-2026-12-03/sdpa-cudnn-run4.jsonl"
     ),
+    "sdpa-efficient": lambda data: sdpa_reference(
+        data, "service-h200-2026-12-03/sdpa-efficient-run9.jsonl"
+    ),
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,

@@ -96,6 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{kind}", action="append", metavar="SHA", help=what)
     p.add_argument("--fa-suite", action="append", help="FA runs' suites (default: the recipe's)")
     p.add_argument("--liger-limit", type=int, default=None, help="only the first N commits")
+    p.add_argument("--liger-from", type=int, default=1, metavar="K",
+                   help="start at the K-th commit (1-based), the first run's baseline: "
+                   "a later call takes up where a deadline cut an earlier one")  # fmt: skip
     p.add_argument("--dsl-tile", action="append", metavar="MxN",
                    help="CuTe DSL tiles, one commit each, paired in order "
                    "(default 64x64 then 128x256)")  # fmt: skip
@@ -190,6 +193,18 @@ def flashinfer_argv(python: str, versions: list[str], suite: str, wheels: Path) 
     return argv + ["--find-links", str(wheels), "--impl", "flashinfer", "--suite", suite]
 
 
+def liger_window(
+    commits: list[dict[str, Any]], start: int = 1, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The replayed commits a call runs: the first ``limit`` of them, from the
+    ``start``-th (1-based) on. A paired range's first commit is only its first run's
+    baseline, so ``start`` K picks up at the pair K -> K+1: a later call resumes where a
+    deadline cut an earlier one without measuring a pair twice."""
+    if start < 1:
+        raise ValueError(f"--liger-from counts from 1, got {start}")
+    return commits[: limit or None][start - 1 :]
+
+
 def companions(ctx: host.Context) -> str:
     """FlashInfer's companion wheels into this interpreter's site-packages (the worker's
     version install is ``--no-deps``, and the suite sees only its own site-packages)."""
@@ -222,7 +237,7 @@ def plans(
                 out.append({"library": f"sdpa-{b}", "argv": argv, "repo": str(repo)})
         elif lib == "liger":
             manifest = liger.load_manifest(args.src)
-            commits = manifest["commits"][: args.liger_limit or None]
+            commits = liger_window(manifest["commits"], args.liger_from, args.liger_limit)
             repo = liger.unbundle(ctx, args.src, manifest, work / "Liger-Kernel")
             configs[str(repo)] = str(liger.CONFIG)
             shas = [c["replayed"] for c in commits]

@@ -78,6 +78,19 @@ def test_the_flashinfer_plan_is_a_version_run_from_the_carried_wheelhouse() -> N
     assert argv[-6:] == ["--find-links", "/w/.whl", "--impl", "flashinfer", "--suite", "decode"]
 
 
+def test_a_later_call_resumes_liger_at_the_pair_a_deadline_cut() -> None:
+    commits = [{"replayed": f"c{i}"} for i in range(1, 9)]
+    # the first call ran pairs 1->2 .. 3->4 (--liger-limit 4); the second starts at 4,
+    # the baseline of the pair 4->5, so no pair runs twice and none is skipped
+    first = service.liger_window(commits, 1, 4)
+    later = service.liger_window(commits, 4)
+    assert [c["replayed"] for c in first] == ["c1", "c2", "c3", "c4"]
+    assert [c["replayed"] for c in later] == ["c4", "c5", "c6", "c7", "c8"]
+    assert [c["replayed"] for c in service.liger_window(commits, 2, 3)] == ["c2", "c3"]
+    with pytest.raises(ValueError, match="counts from 1"):
+        service.liger_window(commits, 0)
+
+
 def test_an_sdpa_row_is_a_repository_whose_config_names_the_backend(tmp_path: Path) -> None:
     from kernelwatch.jobs.library import repoconfig
 
