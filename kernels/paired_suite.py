@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -465,6 +466,31 @@ def _verdict(record: dict[str, Any]) -> str | None:
     return str(verdict) if verdict is not None else None
 
 
+def side_home(python: str, library_path: str) -> dict[str, str]:
+    """``HOME`` for the sides that run one library: one directory per interpreter and
+    library path, under the coordinator's ``$HOME``, kept across the pool's restarts.
+
+    JIT libraries cache what they compile under ``$HOME`` by a name and a version, not
+    by the code: FlashInfer 0.5-0.6 at ``~/.cache/flashinfer/<version>/<arch>/
+    cached_ops/<op>/<op>.so``, torch's ``cpp_extension.load`` at
+    ``~/.cache/torch_extensions/<name>``. Two commits of one release share the version,
+    so with one ``$HOME`` the second side to compile an op would load, or overwrite,
+    the first side's build: a paired comparison of a changed kernel could time the
+    baseline's code on both sides and call a regression unchanged. A home per library
+    keeps each side's builds its own; the sides of one role still share theirs (one
+    compile per op, not one per process, also after a sick side is replaced).
+
+    Triton's cache is keyed by the kernel's source and stays shared
+    (``TRITON_CACHE_DIR``, the sandbox's or Triton's default under the real home).
+    """
+    base = os.environ.get("HOME") or os.path.expanduser("~")
+    key = hashlib.sha256(f"{python}\0{library_path}".encode()).hexdigest()[:16]
+    home = os.path.join(base, ".cache", "kernelwatch", "side-homes", key)
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(base, ".triton", "cache")
+    return {"HOME": home, "TRITON_CACHE_DIR": triton}
+
+
 class _Sides:
     """The side processes, ``pairs`` per role, live across the cases of a suite.
 
@@ -502,10 +528,12 @@ class _Sides:
 
     def _start(self, label: str, role: str) -> Side:
         """A side: its own library first on the path, then what the coordinator has; its
-        own recipe's variables on top of the coordinator's environment."""
+        own ``$HOME`` (``side_home``); its own recipe's variables on top of the
+        coordinator's environment."""
         own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         path = os.pathsep.join([p for p in self.paths[role].split(os.pathsep) if p] + own)
-        env = {**self.envs.get(role, {}), "PYTHONPATH": path}
+        home = side_home(self.pythons[role], self.paths[role])
+        env = {**home, **self.envs.get(role, {}), "PYTHONPATH": path}
         return Side(label, python=self.pythons[role], env=env, hello=True)
 
     def _wait_ready(self, sides: list[Side]) -> None:

@@ -10,7 +10,10 @@ a GPU kernel:
   short kernel ran 1.1-1.35x slow for its whole life and a set-up again cured it;
 - ``memory_bound``: a set-up "holds memory" (a file in ``live_dir`` until its inputs
   are collected) and fails with ``OutOfMemoryError`` when more than ``limit`` set-ups
-  are live at once, as 16 sides of an FP8 grouped GEMM did not fit the card.
+  are live at once, as 16 sides of an FP8 grouped GEMM did not fit the card;
+- ``jit_built``: the work of the library ``fakejit`` on the side's path, "compiled" on
+  first use into a cache under ``$HOME`` keyed by the library's version only, as
+  FlashInfer's JIT keeps its ops (``paired_suite.side_home``).
 """
 
 from __future__ import annotations
@@ -64,3 +67,9 @@ def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:
     if len(list(live.iterdir())) > limit:
         raise OutOfMemoryError(f"{len(list(live.iterdir()))} set-ups live, {limit} fit")
     return call, inputs
+
+
+def jit_built(n: int = 96, **_: Any) -> SideCase:
+    import fakejit  # type: ignore[import-not-found]  # the side's own library path
+
+    return _matmul(n, fakejit.op())

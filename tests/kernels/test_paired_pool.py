@@ -21,7 +21,7 @@ import pytest
 
 from kernelwatch.kernels.paired import PairedConfig, Side, _Screen, compare
 from kernelwatch.kernels.paired_stages import measure_stage
-from kernelwatch.kernels.paired_suite import _first_stage, _Sides
+from kernelwatch.kernels.paired_suite import _first_stage, _Sides, side_home
 from kernelwatch.kernels.record import PairedSection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +99,65 @@ def test_a_case_too_large_for_every_side_runs_with_half_the_pairs(tmp_path: Path
         assert math.isfinite(outcome.result.ratio)
     finally:
         sides.close()
+
+
+FAKEJIT = """
+import pathlib
+
+VERSION = "1.0"  # both commits of the release carry it
+WORK = {work}  # what this commit's kernel costs
+
+
+def op():
+    # built on first use into $HOME, keyed by the version only (FlashInfer's layout)
+    built = pathlib.Path.home() / ".cache" / "fakejit" / VERSION / "op.so"
+    if not built.exists():
+        built.parent.mkdir(parents=True, exist_ok=True)
+        built.write_text(str(WORK))
+    return int(built.read_text())
+"""
+
+
+def _fakejit(root: Path, work: int) -> Path:
+    (root / "fakejit").mkdir(parents=True)
+    (root / "fakejit" / "__init__.py").write_text(FAKEJIT.format(work=work))
+    return root
+
+
+def test_each_library_builds_its_own_jit_ops_and_a_slower_kernel_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two commits of one release: the candidate's kernel does 3x the work. With one
+    # $HOME the first side to build would serve both roles its op, and the 3x would
+    # read as unchanged
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    paths = {"A": str(_fakejit(tmp_path / "a", 1)), "B": str(_fakejit(tmp_path / "b", 3))}
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, paths, pairs=2)
+    try:
+        cfg = PairedConfig(min_effect=0.5, budget_s=2, block_s=0.02, screen_tol=0)
+        stage = functools.partial(
+            measure_stage, sides, "tests.paired_factories:jit_built", {"n": 96}, cfg, 0, True
+        )
+        outcome, _ = _first_stage(sides, stage, 1234, None, PairedSection(verdict="error"))
+        assert outcome.result.ratio > 2.0, outcome.result
+        homes = {role: side_home(sys.executable, p)["HOME"] for role, p in paths.items()}
+        assert homes["A"] != homes["B"]
+        for role, work in (("A", "1"), ("B", "3")):
+            built = Path(homes[role]) / ".cache" / "fakejit" / "1.0" / "op.so"
+            assert built.read_text() == work
+        # a restarted side of a role is given the same home: its builds are kept
+        sides.restart()
+        a, b = sides.pair()
+        for role, side in (("A", a[1]), ("B", b[0])):
+            environ = Path(f"/proc/{side.proc.pid}/environ").read_bytes().split(b"\0")
+            assert f"HOME={homes[role]}".encode() in environ
+    finally:
+        sides.close()
+    # the same interpreter and library path always map to the same home; Triton's
+    # cache, keyed by source, stays the coordinator's
+    again = side_home(sys.executable, paths["A"])
+    assert again["HOME"] == homes["A"]
+    assert again["TRITON_CACHE_DIR"] == str(tmp_path / "home" / ".triton" / "cache")
 
 
 def _bench_paired(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
