@@ -137,3 +137,30 @@ def test_the_action_gates_a_pull_request_from_a_hosted_runner(
     assert result.outputs["dashboard-url"].startswith("https://kw.example.com/?page=")
     assert "<!-- kernelwatch:pr-comment -->" in result.summary and "broken" in result.summary
     assert took < 600
+
+
+def test_the_action_runs_under_an_interpreter_that_imports_nothing_at_start(
+    tmp_path: Path,
+) -> None:
+    # the hosted runner's python3 is whatever it is; this project's virtualenv
+    # interpreter imports no random at start-up, so without -I the script's folder
+    # (jobs/cli, with its bisect.py) shadows the standard library's bisect, and the
+    # Action died in a traceback before it asked anything (found 2026-12-03)
+    bindir = Path(sys.executable).parent  # the virtualenv's bin: its python3 is the venv's
+    probe = subprocess.run(
+        [str(bindir / "python3"), "-c", "import sys; print('random' in sys.modules)"],
+        capture_output=True, text=True, check=True, env={},
+    )  # fmt: skip
+    assert probe.stdout.strip() == "False", "this interpreter would hide the shadowing"
+    contexts = {
+        "github": {"repository": FULL, "sha": "a" * 40, "event": {}, "action_path": str(ROOT)},
+        # an address the script refuses before it connects: a fast, known answer
+        "vars": {"KERNELWATCH_API": "ftp://kw.example.com"},
+        "secrets": {"KERNELWATCH_TOKEN": TOKEN},
+    }
+    env = {"PATH": f"{bindir}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path)}
+    step = uses_step(WORKFLOW, "kernelwatch")
+    got = run_step(step, ROOT, contexts, tmp_path / "runner", env=env)
+    assert not isinstance(got, subprocess.Popen)
+    assert "Traceback" not in got.stderr, got.stderr
+    assert got.returncode == 2 and "--api must be an http(s) URL" in got.stderr
