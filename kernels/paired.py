@@ -384,9 +384,11 @@ class PairedConfig:
       belong to the set-up (H200, 2026-12-02: a 12 us GEMM's pair ratios stayed within
       0.1 % of their own for 48 groups while the pairs spread by 2 %), so beyond a few
       rounds a re-measure with new set-ups buys more than more blocks.
-    screen_tol: a side slower than this beyond its role's lower quartile and beyond its
-      pair partner is set up again, up to ``screen_retries`` times, then left out with
-      its pair (see ``compare``). 0 turns the screen off; it needs 3 pairs.
+    screen_tol: a side slower than this beyond its role's lower quartile, and beyond its
+      pair partner or with its partner slow too, is set up again (in a new process from
+      the second time on, where ``compare`` is given ``respawn``), up to
+      ``screen_retries`` times, then left out with its pair (see ``compare``). 0 turns
+      the screen off; it needs 3 pairs.
     """
 
     min_effect: float = MIN_EFFECT
@@ -442,6 +444,7 @@ class PairedResult:
     # set up again, the pairs left out and the sides the pool should replace
     screen: list[dict[str, Any]] = field(default_factory=list)
     resetups: int = 0
+    respawns: int = 0  # of the set-ups again, those in a new process (``respawn``)
     excluded_pairs: list[int] = field(default_factory=list)
     sick: list[str] = field(default_factory=list)
 
@@ -497,12 +500,16 @@ def compare(
     cfg: PairedConfig | None = None,
     timer: dict[str, Any] | None = None,
     first_pair: dict[str, Any] | None = None,
+    respawn: Callable[[Side], Side] | None = None,
 ) -> PairedResult:
     """Set both sides up with the case, screen them, then alternate blocks until a verdict.
 
     ``first_pair``: parameters merged into the first pair's set-up only (paired_suite:
     ``check=True``, so each role's result is checked once, not once per process).
     The first pair's set-up ``info`` comes back as ``info_a``/``info_b``.
+
+    ``respawn``: the pool's way to replace a side's process (``paired_suite._Sides``);
+    the screen uses it for a side that a set-up again in the same process did not cure.
 
     Every block's SM clock and throttle reasons are kept; one throttled block makes
     the comparison unreliable (``telemetry.blocks_reliable``), and an unreliable
@@ -517,11 +524,12 @@ def compare(
 
     **The screen** (m >= 3: ``_Screen``): every pair warms up with one unrecorded
     group; a side whose level is more than ``screen_tol`` slower than its role's
-    lower quartile and than its pair partner is set up again (new memory for its
-    inputs, a new graph), up to ``screen_retries`` times, and then left out with its
-    pair (its name goes to ``sick``: the pool replaces the process). On the H200 a
-    fresh process's first set-up sometimes runs a short kernel 1.1-1.35x slow for its
-    whole life (docs/measurement.md §5, §6); averaged in, such a state makes the
+    lower quartile, and than its pair partner or with its partner slow too, is set up
+    again (new memory for its inputs, a new graph; from the second time on in a new
+    process, with ``respawn``), up to ``screen_retries`` times, and then left out
+    with its pair (its name goes to ``sick``: the pool replaces the process). On the
+    H200 a fresh process sometimes runs a short kernel 1.1-1.35x slow for its whole
+    life (docs/measurement.md §5, §6, §10); averaged in, such a state makes the
     interval several percent wide. The screen compares a side only with sides of its own
     role, so it cannot see, and cannot remove, a difference between baseline and
     candidate: a true regression moves every candidate side alike. If more than half
@@ -556,13 +564,17 @@ def compare(
     samples = max(3, min(2000, int(cfg.block_s / per_sample)))
     began = time.perf_counter()
     screen = _Screen(sides_a, sides_b, samples, cfg)
-    screen.run(
-        lambda role, i: _setup_again(
-            (sides_a if role == "A" else sides_b)[i],
-            {**setup, "params": params_a if role == "A" else params_b},
-            cfg.ask_timeout_s,
-        ),
-    )
+
+    def again(role: str, i: int, in_new_process: bool) -> None:
+        sides = sides_a if role == "A" else sides_b
+        if in_new_process and respawn is not None:
+            sides[i] = respawn(sides[i])
+            screen.respawns += 1
+        _setup_again(
+            sides[i], {**setup, "params": params_a if role == "A" else params_b}, cfg.ask_timeout_s
+        )
+
+    screen.run(again)
     costs["screen_s"] = time.perf_counter() - began
     active = [i for i in range(m) if i not in screen.excluded]
     n_active = len(active)
@@ -646,6 +658,7 @@ def compare(
         costs=costs,
         screen=screen.rows,
         resetups=screen.resetups,
+        respawns=screen.respawns,
         excluded_pairs=sorted(screen.excluded),
         sick=screen.sick,
     )
@@ -657,17 +670,28 @@ class _Screen:
     Every pair first runs one unrecorded group A B B A (the side set up last has
     just warmed up); a second pass gives every side its level (the median of its two
     blocks). A fresh process's first set-up sometimes runs a short kernel 1.1-1.35x
-    slow for its whole life (a 12 us GEMM, FlashInfer decode at 22 and 42 us; H200,
-    2026-12-02, docs/measurement.md §6), and a set-up again usually cures it. A side
-    is off when its level is more than ``screen_tol`` slower than its role's lower
-    quartile (the state only slows a side down, and more than half of a fresh pool's
-    sides can be in it) *and* than its own pair partner: the two sides of a pair run
-    their blocks interleaved, so a drift of the clock after 16 set-ups (up to 10 %
-    pair after pair on 0.2-1.5 ms kernels) moves both alike, while the state moves
-    one. An off side is set up again and re-levelled, up to ``screen_retries`` times.
-    Only sides of the same role are compared with each other, and a partner only to
-    tell drift from a state, so the screen cannot remove a difference between
-    baseline and candidate: a true regression moves every candidate side alike.
+    slow (a 12 us GEMM, FlashInfer decode at 19-42 us, Liger's LayerNorm at 79 us;
+    H200, docs/measurement.md §5, §6, §10). A side is off when its level is more than
+    ``screen_tol`` slower than its role's lower quartile (the state only slows a side
+    down, and more than half of a fresh pool's sides can be in it), and either slower
+    than its own pair partner too, or with its partner slow as well:
+
+    - the two sides of a pair run their blocks interleaved, so a drift of the clock
+      after 16 set-ups (up to 10 % pair after pair on 0.2-1.5 ms kernels, §6) moves
+      both alike; it is set up again and re-levelled like a state, and passes the
+      re-level once the clock has settled;
+    - two sides in the state are not alike: the state's levels spread from +19 to
+      +31 % (§10), so a pair of two slow sides carries an error of several per cent,
+      and such pairs set the FlashInfer decode confirmations of §10 at 0.97
+      [0.93, 1.02].
+
+    An off side is set up again and re-levelled, up to ``screen_retries`` times; from
+    the second time on in a new process, where ``compare`` has a ``respawn``: on
+    decode a new set-up in the same process cured 19 of 64 slow sides (§10), the state
+    belongs to the process. Only sides of the same role are compared with each other,
+    and a partner only to tell a lone side from a pair, so the screen cannot remove a
+    difference between baseline and candidate: a true regression moves every
+    candidate side alike.
     """
 
     def __init__(
@@ -680,6 +704,8 @@ class _Screen:
         self.level: dict[str, list[float]] = {"A": [], "B": []}
         self.rows: list[dict[str, Any]] = []
         self.resetups = 0
+        self.respawns = 0
+        self.tries: dict[tuple[str, int], int] = {}
         self.excluded: set[int] = set()
         self.sick: list[str] = []
 
@@ -703,15 +729,22 @@ class _Screen:
         return out
 
     def off(self, dev: dict[tuple[str, int], float]) -> list[tuple[str, int]]:
-        """Sides slower than the quartile and than their partner, each by ``screen_tol``."""
+        """Sides slower than the quartile by ``screen_tol``, and than their partner by as
+        much or with the partner slow too."""
         tol = self.cfg.screen_tol
         other = {"A": "B", "B": "A"}
         return [
-            (role, i) for (role, i), d in dev.items() if d > tol and d - dev[(other[role], i)] > tol
+            (role, i)
+            for (role, i), d in dev.items()
+            if d > tol and (d - dev[(other[role], i)] > tol or dev[(other[role], i)] > tol)
         ]
 
-    def run(self, again: Callable[[str, int], None]) -> None:
-        """Warm every pair; level every side, set off sides up again, re-level."""
+    def run(self, again: Callable[[str, int, bool], None]) -> None:
+        """Warm every pair; level every side, set off sides up again, re-level.
+
+        ``again(role, i, in_new_process)``: set side i of ``role`` up again; the flag
+        asks for a new process (the side was set up again before and is still off).
+        """
         m = len(self.sides["A"])
         for i in range(m):
             self._warm(i)
@@ -739,7 +772,9 @@ class _Screen:
                     self.sick = [self.sides[role][i].name for role, i in off]
                 return
             for role, i in off:
-                again(role, i)
+                tried = self.tries.get((role, i), 0)
+                again(role, i, tried > 0)
+                self.tries[(role, i)] = tried + 1
                 self.resetups += 1
             for i in sorted({i for _, i in off}):
                 self._warm(i)  # the side set up again warms up first

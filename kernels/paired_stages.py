@@ -52,6 +52,8 @@ class SidePool(Protocol):
 
     def pair(self) -> tuple[list[Side], list[Side]]: ...
 
+    def respawn(self, side: Side) -> Side: ...
+
 
 @dataclass
 class Outcome:
@@ -98,6 +100,7 @@ class Outcome:
             candidate_errors=dict(self.candidate.errors) if self.candidate else {},
             costs={k: round(v, 4) for k, v in self.costs.items()},
             resetups=int(self.screen.get("resetups", 0)),
+            respawns=int(self.screen.get("respawns", 0)),
             excluded_pairs=int(self.screen.get("excluded_pairs", 0)),
             screen=list(self.screen.get("rows", [])),
         )
@@ -139,7 +142,7 @@ def measure_stage(
     result: PairedResult | None = None
     attempts = 0
     costs: dict[str, float] = {}
-    screened: dict[str, Any] = {"resetups": 0, "excluded_pairs": 0, "rows": []}
+    screened: dict[str, Any] = {"resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": []}
     for attempt in range(retries + 1):
         if attempt and deadline is not None and time.perf_counter() >= deadline:
             break  # the run's GPU budget is spent: the case stays as it is (inconclusive)
@@ -153,12 +156,13 @@ def measure_stage(
         attempts = attempt + 1
         result = compare(
             a, b, factory, side_params, side_params, with_budget(cfg, budget),
-            first_pair={"check": True},
+            first_pair={"check": True}, respawn=sides.respawn,
         )  # fmt: skip
         checked = checked or result
         for key, value in result.costs.items():
             costs[key] = costs.get(key, 0.0) + value
         screened["resetups"] += result.resetups
+        screened["respawns"] += result.respawns
         screened["excluded_pairs"] += len(result.excluded_pairs)
         screened["rows"] += result.screen
         if result.sick:  # the screen's sick processes do not measure the next case

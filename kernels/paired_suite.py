@@ -581,6 +581,21 @@ class _Sides:
                     side.close(grace_s=2.0)
                     sides[i] = self._start(side.name, side.name[:1])
 
+    def respawn(self, side: Side) -> Side:
+        """A new process in place of ``side`` (same name and role), up and ready.
+
+        The screen asks for it when a set-up again in the same process did not cure a
+        slow side (``paired._Screen``); its start-up is counted like the pool's.
+        """
+        for role, sides in self.sides.items():
+            for i, old in enumerate(sides):
+                if old is side:
+                    old.close(grace_s=2.0)
+                    sides[i] = self._start(old.name, role)
+                    self._wait_ready([sides[i]])
+                    return sides[i]
+        raise ValueError(f"side {side.name} is not in this pool")
+
     def pair(self) -> tuple[list[Side], list[Side]]:
         for role, sides in self.sides.items():
             for i, side in enumerate(sides):

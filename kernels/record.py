@@ -136,8 +136,9 @@ class PairedStage:
     (``throttled_blocks`` did). baseline_errors/candidate_errors: each side's
     check on this stage's inputs (``correctness.check`` errors). costs: seconds by
     where they went (setup_s, check_s, screen_s, blocks_s; ``paired.PairedResult``).
-    resetups / excluded_pairs / screen: the screen's work (sides set up again, pairs
-    left out, and each side's deviation from its role's median per round).
+    resetups / respawns / excluded_pairs / screen: the screen's work (sides set up
+    again, of those in a new process, pairs left out, and each side's deviation from
+    its role's lower quartile per round).
     """
 
     verdict: str
@@ -158,6 +159,7 @@ class PairedStage:
     candidate_errors: dict[str, float | None] = field(default_factory=dict)
     costs: dict[str, float] = field(default_factory=dict)
     resetups: int = 0
+    respawns: int = 0
     excluded_pairs: int = 0
     screen: list[dict[str, Any]] = field(default_factory=list)
 

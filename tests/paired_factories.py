@@ -11,6 +11,9 @@ a GPU kernel:
 - ``memory_bound``: a set-up "holds memory" (a file in ``live_dir`` until its inputs
   are collected) and fails with ``OutOfMemoryError`` when more than ``limit`` set-ups
   are live at once, as 16 sides of an FP8 grouped GEMM did not fit the card;
+- ``process_slow``: like ``first_setup_slow``, but the slow process stays slow in
+  every set-up, as a decode side's state outlived a set-up again 45 times in 64 on
+  the H200 (docs/measurement.md §10): only a new process cures it;
 - ``jit_built``: the work of the library ``fakejit`` on the side's path, "compiled" on
   first use into a cache under ``$HOME`` keyed by the library's version only, as
   FlashInfer's JIT keeps its ops (``paired_suite.side_home``).
@@ -51,6 +54,18 @@ def first_setup_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> Si
         fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return _matmul(n, 1)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return _matmul(n, slow)
+
+
+def process_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
+    token = Path(token_dir) / "sick"
+    try:
+        fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        mine = token.read_text() == str(os.getpid())
+        return _matmul(n, slow if mine else 1)
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
     return _matmul(n, slow)

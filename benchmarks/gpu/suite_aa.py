@@ -124,6 +124,7 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
                 "wall_s": round(paired.get("gpu_s") or (at - last), 2),
                 "cost": paired.get("cost") or {},
                 "resetups": stage1.get("resetups", 0),
+                "respawns": stage1.get("respawns", 0),
                 "excluded_pairs": stage1.get("excluded_pairs", 0),
                 "screen": stage1.get("screen", []),
                 "group_ratios": paired.get("group_ratios", []),
@@ -148,6 +149,7 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
         "wall_s_per_case_median": statistics.median(walls) if walls else None,
         "cost_median": breakdown,
         "resetups": sum(c["resetups"] for c in cases),
+        "respawns": sum(c["respawns"] for c in cases),
         "excluded_pairs": sum(c["excluded_pairs"] for c in cases),
         "cases": cases,
     }
@@ -245,7 +247,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             + "  ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in medians.items())
         )
         table.append(
-            f"screen: {sum(c['resetups'] for c in every)} sides set up again, "
+            f"screen: {sum(c['resetups'] for c in every)} sides set up again "
+            f"({sum(c['respawns'] for c in every)} in a new process), "
             f"{sum(c['excluded_pairs'] for c in every)} pairs left out"
         )
     for n in range(args.passes):
