@@ -156,7 +156,17 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
 
 
 # what a case pays for its pool coming up (PairedSection.cost): each suite's first case
-POOL_START = ("start_wait_s", "process_start_s", "cuda_context_s")
+def pool_start_s(cost: dict[str, float]) -> float:
+    """What a case paid for its pool's start: ``start_wait_s``, the wall time it waited.
+
+    ``process_start_s`` and ``cuda_context_s`` say where that wait went (the slowest
+    side's interpreter and imports, its CUDA context) and lie inside it; the price
+    summed all three until 2026-12-03 and so counted each start twice. Records with
+    no ``start_wait_s`` give their parts.
+    """
+    if "start_wait_s" in cost:
+        return cost["start_wait_s"]
+    return cost.get("process_start_s", 0.0) + cost.get("cuda_context_s", 0.0)
 
 
 def pr_price(suites: list[dict[str, Any]], cases: int = 200) -> dict[str, float] | None:
@@ -172,7 +182,7 @@ def pr_price(suites: list[dict[str, Any]], cases: int = 200) -> dict[str, float]
     for suite in suites:
         measured = [c for c in suite["cases"] if c["status"] == "pass"]
         for i, case in enumerate(measured):
-            start = sum(case["cost"].get(k, 0.0) for k in POOL_START) if i == 0 else 0.0
+            start = pool_start_s(case["cost"]) if i == 0 else 0.0
             if i == 0:
                 starts.append(start)
             walls.append(case["wall_s"] - start)

@@ -210,3 +210,16 @@ def test_a_prs_price_counts_one_pool_start_and_keeps_mid_suite_restarts() -> Non
     assert price["pool_start_s"] == pytest.approx(12.0)  # the median of 10 and 14
     assert price["minutes"] == pytest.approx((200 * 17 / 5 + 12) / 60)
     assert pr_price([{"cases": [case(1.0, status="skip")]}]) is None
+
+
+def test_a_pool_start_is_its_wait_and_its_parts_are_not_counted_again() -> None:
+    from benchmarks.gpu.suite_aa import pr_price
+
+    # H200 records carry the wait and where it went (2026-12-02, pass 3's gemm suite:
+    # 6.07 s waited, of which 4.89 s process start and 1.40 s CUDA context)
+    cost = {"start_wait_s": 6.0, "process_start_s": 4.9, "cuda_context_s": 1.1}
+    first = {"status": "pass", "wall_s": 9.0, "cost": cost}
+    price = pr_price([{"cases": [first, {"status": "pass", "wall_s": 2.0, "cost": {}}]}])
+    assert price is not None
+    assert price["pool_start_s"] == pytest.approx(6.0)
+    assert price["mean_s"] == pytest.approx((3.0 + 2.0) / 2)
