@@ -44,6 +44,36 @@ FLAGS = (
 MIN_STDDEV = 12.0
 
 
+def dump_dom(
+    url: str,
+    expect: list[str],
+    profile: Path,
+    flags: tuple[str, ...] = FLAGS,
+    patience_s: float = 150.0,
+) -> str:
+    """The page's DOM once every text of ``expect`` is in it, or the last try's.
+
+    ``--dump-dom`` runs on virtual time, which does not wait for Streamlit's websocket:
+    on a loaded 2-core CI machine a dashboard's first page stayed blank through three
+    tries of growing budget (2026-11-30, and the trend page on 2026-12-03). So tries
+    go on, each with a larger budget up to 60 s and 5 s of real time between them,
+    until the page is drawn or ``patience_s`` of real time has passed.
+    """
+    assert CHROMIUM is not None
+    dom, budget = "", 15_000
+    deadline = time.monotonic() + patience_s
+    while True:
+        dom = subprocess.run(
+            [CHROMIUM, *flags, f"--user-data-dir={profile}", f"--virtual-time-budget={budget}",
+             "--dump-dom", url],
+            capture_output=True, text=True, timeout=180, check=False,
+        ).stdout  # fmt: skip
+        if all(e in dom for e in expect) or time.monotonic() >= deadline:
+            return dom
+        budget = min(2 * budget, 60_000)
+        time.sleep(5)
+
+
 @contextmanager
 def frame_server(target: str, hold_s: float) -> Iterator[str]:
     """A loopback page framing ``target`` that holds the clock for ``hold_s`` seconds."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,16 +67,7 @@ def _chromium(url: str, profile: Path, *args: str, budget_ms: int = 20_000) -> s
 
 def _render(base: str, query: str, expect: list[str], shot: str, profile: Path) -> str:
     """The page's DOM once every expected text is there (a few tries), plus a screenshot."""
-    dom = ""
-    # Virtual time does not wait for the server: on a loaded 2-core CI machine the first
-    # page once stayed blank through three tries (2026-11-30), so later tries also wait
-    # in real time for the Streamlit script run to finish.
-    for attempt, budget in enumerate((15_000, 30_000, 60_000, 60_000, 60_000)):
-        if attempt >= 3:
-            time.sleep(5)
-        dom = _chromium(f"{base}/?{query}", profile, "--dump-dom", budget_ms=budget)
-        if all(e in dom for e in expect):
-            break
+    dom = browser.dump_dom(f"{base}/?{query}", expect, profile, CHROME_FLAGS)
     ARTIFACTS.mkdir(exist_ok=True)
     png = ARTIFACTS / shot
     for budget in (20_000, 40_000, 80_000):
