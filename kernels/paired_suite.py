@@ -575,11 +575,17 @@ class _Sides:
 
     def replace(self, names: Sequence[str]) -> None:
         """New processes for the named sides only (the screen's sick ones)."""
-        for sides in self.sides.values():
+        for role, sides in self.sides.items():
             for i, side in enumerate(sides):
                 if side.name in names:
-                    side.close(grace_s=2.0)
-                    sides[i] = self._start(side.name, side.name[:1])
+                    self._swap(role, i)
+
+    def _swap(self, role: str, i: int) -> Side:
+        """Side i of ``role`` closed and started again under its name."""
+        old = self.sides[role][i]
+        old.close(grace_s=2.0)
+        self.sides[role][i] = self._start(old.name, role)
+        return self.sides[role][i]
 
     def respawn(self, side: Side) -> Side:
         """A new process in place of ``side`` (same name and role), up and ready.
@@ -590,10 +596,9 @@ class _Sides:
         for role, sides in self.sides.items():
             for i, old in enumerate(sides):
                 if old is side:
-                    old.close(grace_s=2.0)
-                    sides[i] = self._start(old.name, role)
-                    self._wait_ready([sides[i]])
-                    return sides[i]
+                    new = self._swap(role, i)
+                    self._wait_ready([new])
+                    return new
         raise ValueError(f"side {side.name} is not in this pool")
 
     def pair(self) -> tuple[list[Side], list[Side]]:

@@ -48,27 +48,25 @@ def _matmul(n: int, repeat: int) -> SideCase:
     return call, (a, b)
 
 
-def first_setup_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
+def _claim(token_dir: str) -> bool:
+    """True for the first set-up to claim the ``sick`` token (its pid goes into it)."""
     token = Path(token_dir) / "sick"
     try:
         fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
-        return _matmul(n, 1)
+        return False
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
-    return _matmul(n, slow)
+    return True
+
+
+def first_setup_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
+    return _matmul(n, slow if _claim(token_dir) else 1)
 
 
 def process_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
-    token = Path(token_dir) / "sick"
-    try:
-        fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        mine = token.read_text() == str(os.getpid())
-        return _matmul(n, slow if mine else 1)
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    return _matmul(n, slow)
+    mine = _claim(token_dir) or (Path(token_dir) / "sick").read_text() == str(os.getpid())
+    return _matmul(n, slow if mine else 1)
 
 
 def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:
