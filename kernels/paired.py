@@ -389,6 +389,10 @@ class PairedConfig:
       the second time on, where ``compare`` is given ``respawn``), up to
       ``screen_retries`` times, then left out with its pair (see ``compare``). 0 turns
       the screen off; it needs 3 pairs.
+    setup_one_at_a_time: set the sides up one after another instead of all at once
+      (an experiment: whether a side set up beside 15 others starts in the slow state
+      of docs/measurement.md §11; it costs the sum of the set-ups instead of the
+      slowest).
     """
 
     min_effect: float = MIN_EFFECT
@@ -403,6 +407,7 @@ class PairedConfig:
     screen_tol: float = 0.05
     screen_retries: int = 2
     rounds_max: int = 6
+    setup_one_at_a_time: bool = False
     timer: dict[str, Any] = field(default_factory=dict)  # TimerConfig fields for the sides
 
 
@@ -548,14 +553,21 @@ def compare(
     setup = {"cmd": "setup", "factory": factory, "timer": timer, "placements": k}
     costs: dict[str, float] = {}
     began = time.perf_counter()
-    # All sides set up at once (an import of torch and a warm-up each); the candidates'
-    # replies are read first: a broken candidate is the answer, whatever the baseline.
+    # All sides set up at once (an import of torch and a warm-up each), unless the
+    # config asks for one at a time; the candidates' replies are read first: a broken
+    # candidate is the answer, whatever the baseline.
     extra = first_pair or {}
-    for i, side in enumerate(sides_b):
-        side.send({**setup, "params": {**params_b, **(extra if i == 0 else {})}})
-    for i, side in enumerate(sides_a):
-        side.send({**setup, "params": {**params_a, **(extra if i == 0 else {})}})
-    db, da = _receive_all(sides_b, sides_a, "setup", cfg.ask_timeout_s)
+    asks = [
+        {**setup, "params": {**params, **(extra if i == 0 else {})}}
+        for sides, params in ((sides_b, params_b), (sides_a, params_a))
+        for i in range(len(sides))
+    ]
+    if not cfg.setup_one_at_a_time:
+        for side, ask in zip(sides_b + sides_a, asks, strict=True):
+            side.send(ask)
+    db, da = _receive_all(
+        sides_b, sides_a, "setup", cfg.ask_timeout_s, asks if cfg.setup_one_at_a_time else None
+    )
     costs["setup_s"] = time.perf_counter() - began
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
     costs["check_s"] = max(float((d.get("info") or {}).get("check_s", 0.0)) for d in da + db)
@@ -787,14 +799,23 @@ def _setup_again(side: Side, msg: dict[str, Any], timeout_s: float | None) -> No
 
 
 def _receive_all(
-    first: list[Side], then: list[Side], cmd: str, timeout_s: float | None
+    first: list[Side],
+    then: list[Side],
+    cmd: str,
+    timeout_s: float | None,
+    one_at_a_time: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every side's reply, even when one failed (an unread reply would answer the next
-    command); then the first failure, candidates' before baselines'."""
+    command); then the first failure, candidates' before baselines'.
+
+    ``one_at_a_time``: a message per side, sent just before that side's reply is read,
+    so no two sides work at once."""
     replies: list[dict[str, Any]] = []
     failures: list[Exception] = []
-    for side in first + then:
+    for n, side in enumerate(first + then):
         try:
+            if one_at_a_time is not None:
+                side.send(one_at_a_time[n])
             replies.append(side.receive(cmd, timeout_s))
         except (SideError, SideDied, SideTimeout) as exc:
             failures.append(exc)

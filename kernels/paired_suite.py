@@ -289,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the CPU's default: its timing noise is larger than the state the screen finds)",
     )
     p.add_argument(
+        "--setup-one-at-a-time",
+        action="store_true",
+        help="set the sides up one after another, not all at once (an experiment on the "
+        "fresh-process state; each stage pays the sum of its set-ups)",
+    )
+    p.add_argument(
         "--graph-footprint-mb",
         type=float,
         default=None,
@@ -379,6 +385,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         ask_timeout_s=args.case_timeout,
     )
     cfg.screen_tol = args.screen_tol if args.screen_tol is not None else (0.0 if cpu else 0.05)
+    cfg.setup_one_at_a_time = args.setup_one_at_a_time
     if args.graph_footprint_mb is not None:
         cfg.timer["graph_footprint_bytes"] = int(args.graph_footprint_mb * 2**20)
     began = time.perf_counter()

@@ -14,6 +14,8 @@ a GPU kernel:
 - ``process_slow``: like ``first_setup_slow``, but the slow process stays slow in
   every set-up, as a decode side's state outlived a set-up again 45 times in 64 on
   the H200 (docs/measurement.md §10): only a new process cures it;
+- ``setup_span``: a set-up that holds for a while and leaves its span, to tell set-ups
+  one at a time from set-ups all at once;
 - ``jit_built``: the work of the library ``fakejit`` on the side's path, "compiled" on
   first use into a cache under ``$HOME`` keyed by the library's version only, as
   FlashInfer's JIT keeps its ops (``paired_suite.side_home``).
@@ -22,6 +24,7 @@ a GPU kernel:
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -80,6 +83,16 @@ def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:
     if len(list(live.iterdir())) > limit:
         raise OutOfMemoryError(f"{len(list(live.iterdir()))} set-ups live, {limit} fit")
     return call, inputs
+
+
+def setup_span(span_dir: str, n: int = 96, hold_s: float = 0.3, **_: Any) -> SideCase:
+    """A set-up that takes ``hold_s`` and leaves its span (monotonic start and end, the
+    same clock in every process) in ``span_dir``: whether two set-ups overlapped."""
+    start = time.monotonic()
+    time.sleep(hold_s)
+    span = Path(span_dir) / f"{os.getpid()}-{id(object())}"
+    span.write_text(f"{start} {time.monotonic()}")
+    return _matmul(n, 1)
 
 
 def jit_built(n: int = 96, **_: Any) -> SideCase:

@@ -9,6 +9,7 @@ real kernels (docs/measurement.md §6).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import subprocess
@@ -125,6 +126,30 @@ def test_a_side_a_set_up_again_does_not_cure_gets_a_new_process(tmp_path: Path) 
         assert outcome.section().respawns == result.respawns
     finally:
         sides.close()
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_sides_set_up_one_at_a_time_never_overlap(tmp_path: Path, one_at_a_time: bool) -> None:
+    # the experiment of docs/measurement.md §11: whether a side set up beside 15 others
+    # starts slow; by default all sides set up at once (the slowest is the wait)
+    a = [Side(f"A{i}") for i in range(3)]
+    b = [Side(f"B{i}") for i in range(3)]
+    try:
+        for side in a + b:
+            side.ready()  # started: set-up time is the set-ups' alone
+        cfg = PairedConfig(min_effect=0.5, budget_s=0.5, block_s=0.01, screen_tol=0)
+        cfg.setup_one_at_a_time = one_at_a_time
+        params = {"span_dir": str(tmp_path), "hold_s": 0.3}
+        result = compare(a, b, "tests.paired_factories:setup_span", params, params, cfg)
+        spans = sorted(tuple(map(float, f.read_text().split())) for f in tmp_path.iterdir())
+        assert len(spans) == 6, spans
+        overlaps = sum(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
+        assert (overlaps == 0) if one_at_a_time else (overlaps >= 3), spans
+        # one at a time pays the sum of the set-ups
+        assert result.costs["setup_s"] >= 6 * 0.3 or not one_at_a_time, result.costs
+    finally:
+        for side in a + b:
+            side.close()
 
 
 def test_a_case_too_large_for_every_side_runs_with_half_the_pairs(tmp_path: Path) -> None:
