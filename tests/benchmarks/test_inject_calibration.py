@@ -13,6 +13,7 @@ import json
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -214,3 +215,72 @@ def test_a_key_calibrated_once_is_the_size_every_side_injects(
     with pytest.raises(inject.CalibrationError):
         inject._calibrate("gemm", lambda *a: None, case, 2.0)
     assert inject.logged_extra(str(quiet_gpu), "gemm", repr(inject._shape(other))) is None
+
+
+class _HostBoundGpu:
+    """One stream, simulated: a call costs ``host_s`` to queue and ``T_CALL`` plus its
+    spin to run; the GPU starts a call once it is queued and the one before it ran."""
+
+    def __init__(self, host_s: float) -> None:
+        self.host_s, self.host, self.gpu = host_s, 0.0, 0.0
+        self.heads: list[int] = []
+
+    def spin(self, iters: int) -> None:  # the head: GPU work queued at once
+        self.heads.append(iters)
+        self.gpu = max(self.gpu, self.host) + iters * SLOPE
+
+    def call(self, iters: int) -> None:
+        self.host += self.host_s
+        self.gpu = max(self.gpu, self.host) + T_CALL + iters * SLOPE
+
+    def event(self, **_: object) -> object:
+        gpu = self
+
+        class Event:
+            at = 0.0
+
+            def record(self) -> None:
+                self.at = max(gpu.gpu, gpu.host)
+
+            def query(self) -> bool:  # reached by the GPU by now (host time)?
+                return gpu.host >= self.at
+
+            def synchronize(self) -> None:
+                gpu.host = max(gpu.host, self.at)
+
+            def elapsed_time(self, other: Any) -> float:
+                return float(other.at - self.at) * 1e3
+
+        return Event()
+
+
+@pytest.mark.parametrize("host_call_s", [5e-6, 45e-6, 300e-6])
+def test_calls_are_timed_on_the_gpu_even_when_the_host_is_slower(
+    monkeypatch: pytest.MonkeyPatch, host_call_s: float
+) -> None:
+    """On the H200 (2026-12-03) FlashInfer's decode (a 22 us kernel, 25-48 us of Python
+    a call) timed behind a fixed head read 40.6-48.1 us a call and the spin's slope at
+    2.25 and 1.72 ns for 3.2-3.4: "+1.00 %" injected +2.9 % and +4.4 %. The head now
+    grows until the host has queued the batch before the GPU reaches it."""
+    gpu = _HostBoundGpu(host_call_s)
+    monkeypatch.setattr(inject, "_head", [20 * inject.BASE_ITERS])
+    monkeypatch.setattr(inject, "spin", gpu.spin)
+    monkeypatch.setattr(inject, "spin_after", lambda iters: gpu.call(iters))
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event)
+    for iters in (inject.BASE_ITERS, 5 * inject.BASE_ITERS):
+        got = inject._time_calls(lambda: None, (), iters)
+        assert got == pytest.approx(T_CALL + iters * SLOPE)
+    # the head outlasts the host's 20 calls, and grew only where it had to
+    assert gpu.heads[-1] * SLOPE > 20 * host_call_s
+    assert (len(set(gpu.heads)) > 1) == (20 * host_call_s > 20 * inject.BASE_ITERS * SLOPE)
+
+
+def test_a_host_no_head_can_outlast_fails_the_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = _HostBoundGpu(host_s=1.0)  # a second a call: 20 s of launches
+    monkeypatch.setattr(inject, "_head", [20 * inject.BASE_ITERS])
+    monkeypatch.setattr(inject, "spin", gpu.spin)
+    monkeypatch.setattr(inject, "spin_after", lambda iters: gpu.call(iters))
+    monkeypatch.setattr(torch.cuda, "Event", gpu.event)
+    with pytest.raises(inject.CalibrationError, match="outlast a spin"):
+        inject._time_calls(lambda: None, (), inject.BASE_ITERS)
+    assert max(gpu.heads) == inject.MAX_HEAD_ITERS
