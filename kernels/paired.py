@@ -505,7 +505,7 @@ def compare(
     cfg: PairedConfig | None = None,
     timer: dict[str, Any] | None = None,
     first_pair: dict[str, Any] | None = None,
-    respawn: Callable[[Side], Side] | None = None,
+    respawn: Callable[[Sequence[Side]], list[Side]] | None = None,
 ) -> PairedResult:
     """Set both sides up with the case, screen them, then alternate blocks until a verdict.
 
@@ -513,8 +513,9 @@ def compare(
     ``check=True``, so each role's result is checked once, not once per process).
     The first pair's set-up ``info`` comes back as ``info_a``/``info_b``.
 
-    ``respawn``: the pool's way to replace a side's process (``paired_suite._Sides``);
-    the screen uses it for a side that a set-up again in the same process did not cure.
+    ``respawn``: the pool's way to replace sides' processes (``paired_suite._Sides``),
+    started together; the screen uses it for sides that a set-up again in the same
+    process did not cure.
 
     Every block's SM clock and throttle reasons are kept; one throttled block makes
     the comparison unreliable (``telemetry.blocks_reliable``), and an unreliable
@@ -562,12 +563,7 @@ def compare(
         for sides, params in ((sides_b, params_b), (sides_a, params_a))
         for i in range(len(sides))
     ]
-    if not cfg.setup_one_at_a_time:
-        for side, ask in zip(sides_b + sides_a, asks, strict=True):
-            side.send(ask)
-    db, da = _receive_all(
-        sides_b, sides_a, "setup", cfg.ask_timeout_s, asks if cfg.setup_one_at_a_time else None
-    )
+    db, da = _set_up(sides_b, sides_a, asks, cfg)
     costs["setup_s"] = time.perf_counter() - began
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
     costs["check_s"] = max(float((d.get("info") or {}).get("check_s", 0.0)) for d in da + db)
@@ -577,14 +573,23 @@ def compare(
     began = time.perf_counter()
     screen = _Screen(sides_a, sides_b, samples, cfg)
 
-    def again(role: str, i: int, in_new_process: bool) -> None:
-        sides = sides_a if role == "A" else sides_b
-        if in_new_process and respawn is not None:
-            sides[i] = respawn(sides[i])
-            screen.respawns += 1
-        _setup_again(
-            sides[i], {**setup, "params": params_a if role == "A" else params_b}, cfg.ask_timeout_s
-        )
+    def again(batch: list[tuple[str, int, bool]]) -> None:
+        """Set a round's off sides up again together, those tried before in new
+        processes started together: a round waits for one start-up and one set-up, not
+        one per side. (On the H200, 2026-12-03, a varlen prefill case replaced seven
+        sides one after another, ~10 s each, and ran past its suite's limit.)"""
+        roles = {"A": sides_a, "B": sides_b}
+        renew = [(role, i) for role, i, new in batch if new]
+        if renew and respawn is not None:
+            fresh = respawn([roles[role][i] for role, i in renew])
+            for (role, i), side in zip(renew, fresh, strict=True):
+                roles[role][i] = side
+            screen.respawns += len(renew)
+        cands = [roles["B"][i] for role, i, _ in batch if role == "B"]
+        bases = [roles["A"][i] for role, i, _ in batch if role == "A"]
+        asks = [{**setup, "params": params_b}] * len(cands)
+        asks += [{**setup, "params": params_a}] * len(bases)
+        _set_up(cands, bases, asks, cfg)
 
     screen.run(again)
     costs["screen_s"] = time.perf_counter() - began
@@ -751,11 +756,12 @@ class _Screen:
             if d > tol and (d - dev[(other[role], i)] > tol or dev[(other[role], i)] > tol)
         ]
 
-    def run(self, again: Callable[[str, int, bool], None]) -> None:
+    def run(self, again: Callable[[list[tuple[str, int, bool]]], None]) -> None:
         """Warm every pair; level every side, set off sides up again, re-level.
 
-        ``again(role, i, in_new_process)``: set side i of ``role`` up again; the flag
-        asks for a new process (the side was set up again before and is still off).
+        ``again([(role, i, in_new_process), ...])``: set a round's off sides up again;
+        the flag asks for a new process (the side was set up again before and is still
+        off).
         """
         m = len(self.sides["A"])
         for i in range(m):
@@ -783,19 +789,27 @@ class _Screen:
                     self.excluded = pairs
                     self.sick = [self.sides[role][i].name for role, i in off]
                 return
+            again([(role, i, self.tries.get((role, i), 0) > 0) for role, i in off])
             for role, i in off:
-                tried = self.tries.get((role, i), 0)
-                again(role, i, tried > 0)
-                self.tries[(role, i)] = tried + 1
+                self.tries[(role, i)] = self.tries.get((role, i), 0) + 1
                 self.resetups += 1
             for i in sorted({i for _, i in off}):
                 self._warm(i)  # the side set up again warms up first
                 self.level["A"][i], self.level["B"][i] = self._warm(i)
 
 
-def _setup_again(side: Side, msg: dict[str, Any], timeout_s: float | None) -> None:
-    """Set one side up with the same case again: new memory for its inputs, a new graph."""
-    side.ask(msg, timeout_s)
+def _set_up(
+    first: list[Side], then: list[Side], asks: list[dict[str, Any]], cfg: PairedConfig
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Set sides up (a case's first set-up, or again: new memory for the inputs, a new
+    graph): all at once, or one after another where ``cfg.setup_one_at_a_time`` asks;
+    every reply read, candidates' failures first (``_receive_all``)."""
+    if not cfg.setup_one_at_a_time:
+        for side, ask in zip(first + then, asks, strict=True):
+            side.send(ask)
+    return _receive_all(
+        first, then, "setup", cfg.ask_timeout_s, asks if cfg.setup_one_at_a_time else None
+    )
 
 
 def _receive_all(

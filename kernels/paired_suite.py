@@ -594,19 +594,23 @@ class _Sides:
         self.sides[role][i] = self._start(old.name, role)
         return self.sides[role][i]
 
-    def respawn(self, side: Side) -> Side:
-        """A new process in place of ``side`` (same name and role), up and ready.
+    def respawn(self, sides: Sequence[Side]) -> list[Side]:
+        """New processes in place of ``sides`` (same names and roles), up and ready.
 
-        The screen asks for it when a set-up again in the same process did not cure a
-        slow side (``paired._Screen``); its start-up is counted like the pool's.
+        The screen asks for them when a set-up again in the same process did not cure
+        slow sides (``paired._Screen``). They start together, so a round of the
+        screen's replacements waits for one start-up (5-10 s on the H200), not one per
+        side; the start-up is counted like the pool's.
         """
-        for role, sides in self.sides.items():
-            for i, old in enumerate(sides):
-                if old is side:
-                    new = self._swap(role, i)
-                    self._wait_ready([new])
-                    return new
-        raise ValueError(f"side {side.name} is not in this pool")
+        where = {
+            id(s): (role, i) for role, group in self.sides.items() for i, s in enumerate(group)
+        }
+        strangers = [s.name for s in sides if id(s) not in where]
+        if strangers:
+            raise ValueError(f"sides {strangers} are not in this pool")
+        new = [self._swap(*where[id(s)]) for s in sides]
+        self._wait_ready(new)
+        return new
 
     def pair(self) -> tuple[list[Side], list[Side]]:
         for role, sides in self.sides.items():

@@ -72,6 +72,24 @@ def process_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCa
     return _matmul(n, slow if mine else 1)
 
 
+def processes_slow(token_dir: str, sick: int = 2, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
+    """Slow in the first ``sick`` processes to set up (tokens ``sick-0``...), for
+    their whole life: only a new process cures them."""
+    folder, pid = Path(token_dir), str(os.getpid())
+    tokens = [folder / f"sick-{k}" for k in range(sick)]
+    mine = any(t.exists() and t.read_text() == pid for t in tokens)
+    for token in tokens if not mine else []:
+        try:
+            fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            continue
+        os.write(fd, pid.encode())
+        os.close(fd)
+        mine = True
+        break
+    return _matmul(n, slow if mine else 1)
+
+
 def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:
     live = Path(live_dir)
     live.mkdir(parents=True, exist_ok=True)

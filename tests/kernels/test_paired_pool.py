@@ -14,6 +14,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -125,6 +126,49 @@ def test_a_side_a_set_up_again_does_not_cure_gets_a_new_process(tmp_path: Path) 
         assert 0.5 < result.ratio < 2.0
         assert outcome.section().respawns == result.respawns
     finally:
+        sides.close()
+
+
+def test_a_rounds_new_processes_start_together(tmp_path: Path) -> None:
+    # on the H200 (2026-12-03) a varlen prefill case replaced seven sides one after
+    # another, ~10 s each, and ran past its suite's limit: a round's new processes now
+    # start in one go, and its set-ups again go out at once
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=4)
+    batches: list[list[str]] = []
+    respawn = sides.respawn
+
+    def recorded(group: Sequence[Side]) -> list[Side]:
+        batches.append([s.name for s in group])
+        return respawn(group)
+
+    sides.respawn = recorded  # type: ignore[method-assign,assignment]
+    try:
+        before = {s.proc.pid for group in sides.pair() for s in group}
+        cfg, params = _sick_side(tmp_path)
+        params = {**params, "sick": 2}
+        stage = functools.partial(
+            measure_stage, sides, "tests.paired_factories:processes_slow", params, cfg, 0, False
+        )
+        outcome, _ = _first_stage(sides, stage, 1234, None, PairedSection(verdict="error"))
+        result = outcome.result
+        sick = {int((tmp_path / f"sick-{k}").read_text()) for k in range(2)}
+        assert len(batches) == 1 and len(batches[0]) == 2, (batches, result.screen)
+        assert result.respawns == 2 and result.excluded_pairs == [], result.screen
+        after = {s.proc.pid for group in sides.pair() for s in group}
+        assert sick <= before and not sick & after and len(after - before) == 2
+        assert 0.5 < result.ratio < 2.0
+    finally:
+        sides.close()
+
+
+def test_a_pool_respawns_only_its_own_sides() -> None:
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=1)
+    stranger = Side("X")
+    try:
+        with pytest.raises(ValueError, match="not in this pool"):
+            sides.respawn([stranger])
+    finally:
+        stranger.close()
         sides.close()
 
 
