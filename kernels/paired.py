@@ -45,6 +45,7 @@ import contextlib
 import gc
 import importlib
 import json
+import logging
 import math
 import os
 import random
@@ -223,6 +224,13 @@ def _load(target: str) -> Factory:
 
 
 # --------------------------------------------------------------------------- coordinator
+
+
+# Progress of a comparison, one line per step (set-up, screen round, replacements,
+# judgement): a case that runs past its limit on a GPU host leaves where its time went
+# in the side's log instead of its start line alone (2026-12-03). The worker's entry
+# (``paired_suite.main``) sends it to stderr; a person's ``bench-paired`` keeps it quiet.
+log = logging.getLogger(__name__)
 
 
 class SideError(RuntimeError):
@@ -565,6 +573,7 @@ def compare(
     ]
     db, da = _set_up(sides_b, sides_a, asks, cfg)
     costs["setup_s"] = time.perf_counter() - began
+    log.info("set up %d sides in %.1f s", 2 * m, costs["setup_s"])
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
     costs["check_s"] = max(float((d.get("info") or {}).get("check_s", 0.0)) for d in da + db)
     k = min(int(d.get("placements", k)) for d in da + db)
@@ -580,8 +589,11 @@ def compare(
         sides one after another, ~10 s each, and ran past its suite's limit.)"""
         roles = {"A": sides_a, "B": sides_b}
         renew = [(role, i) for role, i, new in batch if new]
+        began = time.perf_counter()
         if renew and respawn is not None:
             fresh = respawn([roles[role][i] for role, i in renew])
+            log.info("new processes for %s in %.1f s", [s.name for s in fresh],
+                     time.perf_counter() - began)  # fmt: skip
             for (role, i), side in zip(renew, fresh, strict=True):
                 roles[role][i] = side
             screen.respawns += len(renew)
@@ -590,6 +602,7 @@ def compare(
         asks = [{**setup, "params": params_b}] * len(cands)
         asks += [{**setup, "params": params_a}] * len(bases)
         _set_up(cands, bases, asks, cfg)
+        log.info("set %d sides up again in %.1f s", len(batch), time.perf_counter() - began)
 
     screen.run(again)
     costs["screen_s"] = time.perf_counter() - began
@@ -635,6 +648,7 @@ def compare(
         clusters = _clusters(pair_of, placement, m, k)
         if len(logs) >= target:
             ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
+            log.info("%d groups: %.4f [%.4f, %.4f] %s", len(logs), ratio, lo, hi, verdict.value)
             if verdict != CaseVerdict.INCONCLUSIVE:
                 stop = "decided"
                 break
@@ -647,6 +661,8 @@ def compare(
             ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
             break
     costs["blocks_s"] = time.perf_counter() - t0
+    log.info("stop (%s) after %d groups in %.1f s: %.4f [%.4f, %.4f] %s", stop, len(logs),
+             costs["blocks_s"], ratio, lo, hi, verdict.value)  # fmt: skip
     return PairedResult(
         ratio=ratio,
         ci_low=lo,
@@ -781,6 +797,10 @@ class _Screen:
                  "off": (role, i) in off}
                 for (role, i), d in sorted(dev.items())
             ]  # fmt: skip
+            log.info(
+                "screen round %d: %d of %d sides off %s", rnd, len(off), 2 * m,
+                [f"{self.sides[role][i].name} {dev[(role, i)]:+.1%}" for role, i in off],
+            )  # fmt: skip
             if not off:
                 return
             if rnd == self.cfg.screen_retries:

@@ -14,6 +14,7 @@ verdict, with the throttle guard; the accuracy verdict from the two checks) for
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -37,6 +38,8 @@ from kernelwatch.kernels.verdict import (
     confirm_accuracy,
     excluded_effect,
 )
+
+log = logging.getLogger(__name__)
 
 
 class SidePool(Protocol):
@@ -154,6 +157,8 @@ def measure_stage(
         turn = (rotation + attempt) % len(b)
         b = b[turn:] + b[:turn]  # candidate i measures beside baseline i - turn
         attempts = attempt + 1
+        log.info("attempt %d: %d pairs%s", attempts, len(a), " (new processes)" if attempt
+                 and fresh_processes else "")  # fmt: skip
         result = compare(
             a, b, factory, side_params, side_params, with_budget(cfg, budget),
             first_pair={"check": True}, respawn=sides.respawn,

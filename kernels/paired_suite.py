@@ -54,6 +54,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import os
 import sys
 import time
@@ -358,7 +359,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The worker's entry (``python -m kernelwatch.kernels.paired_suite``): records only;
-    ``kernelwatch bench-paired`` adds :func:`summary` and an exit code."""
+    ``kernelwatch bench-paired`` adds :func:`summary` and an exit code. Each
+    comparison's progress goes to stderr (``KW-PAIRED`` lines, ``paired.log``), beside
+    the case markers, so a case cut by its limit shows where its time went."""
+    progress = logging.StreamHandler(sys.stderr)
+    progress.setFormatter(logging.Formatter("KW-PAIRED %(message)s"))
+    ours = logging.getLogger("kernelwatch.kernels")  # not the libraries' own loggers
+    ours.addHandler(progress)
+    ours.setLevel(logging.INFO)
     run(parse_args(argv))
     return 0
 

@@ -274,6 +274,11 @@ def test_each_library_builds_its_own_jit_ops_and_a_slower_kernel_is_seen(
 
 
 def _bench_paired(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
+    return _bench_paired_logged(tmp_path, *extra)[0]
+
+
+def _bench_paired_logged(tmp_path: Path, *extra: str) -> tuple[list[dict[str, Any]], str]:
+    """The worker's entry run as the worker runs it: its records and its stderr."""
     out = tmp_path / "paired.jsonl"
     argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", "--baseline-path", "",
             "--candidate-path", "", "--suite", "basic", "--impl",
@@ -281,7 +286,20 @@ def _bench_paired(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
             "--retries", "0", "--out", str(out), *extra]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    return [json.loads(line) for line in out.read_text().splitlines()], done.stderr
+
+
+def test_the_worker_entry_logs_where_a_comparisons_time_goes(tmp_path: Path) -> None:
+    # on the H200 (2026-12-03) two cases ran past their limits and left only their
+    # start line: the coordinator now logs each step of a comparison to stderr
+    records, stderr = _bench_paired_logged(tmp_path, "--pairs", "3", "--screen-tol", "50")
+    (record,) = records
+    steps = [line for line in stderr.splitlines() if line.startswith("KW-PAIRED ")]
+    assert steps[0] == "KW-PAIRED attempt 1: 3 pairs", stderr[-2000:]
+    assert steps[1].startswith("KW-PAIRED set up 6 sides in ")
+    assert steps[2] == "KW-PAIRED screen round 0: 0 of 6 sides off []"
+    assert steps[-1].startswith(f"KW-PAIRED stop ({record['paired']['stop_reason']}) after ")
+    assert steps[-1].endswith(record["paired"]["stage1"]["timing_verdict"])
 
 
 def test_every_case_carries_its_gpu_seconds_and_where_they_went(tmp_path: Path) -> None:
