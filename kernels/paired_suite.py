@@ -114,6 +114,9 @@ from kernelwatch.kernels.verdict import (
     judge_case,
 )
 
+# named, not __name__: run as ``python -m`` this module is __main__
+log = logging.getLogger("kernelwatch.kernels.paired_suite")
+
 FACTORY = "kernelwatch.kernels.paired_suite:case"
 # Process pairs per comparison on a GPU. On the H200 each process carries a fixed
 # offset (for an fp32 add: ±0.3 %, so pairs differ by 0 or ±0.6 %); over 8 pairs the
@@ -290,6 +293,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the CPU's default: its timing noise is larger than the state the screen finds)",
     )
     p.add_argument(
+        "--prewarm-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="once a case's set-up takes this long (a JIT library compiling on first use), "
+        "set every later case up once in each role, spread over the sides, so their "
+        "compiles run side by side (default 5 on a GPU; 0: off, the CPU's default)",
+    )
+    p.add_argument(
         "--setup-one-at-a-time",
         action="store_true",
         help="set the sides up one after another, not all at once (an experiment on the "
@@ -406,6 +418,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     records: list[dict[str, Any]] = []
+    prewarm_after = args.prewarm_after if args.prewarm_after is not None else (0 if cpu else 5.0)
+    prewarm: list[dict[str, Any]] | None = None  # the later cases' set-ups, once due
+    done: set[str] = set()
     try:
         library, baseline_library = json.loads(args.library), json.loads(args.baseline_library)
         for suite, spec, cid in (
@@ -418,6 +433,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             params = {"suite": suite, "size": size, "case_id": cid, "impl": args.impl,
                       "backend": backend}  # fmt: skip
             case_began = time.perf_counter()
+            # inside the next case's time, so its price includes it; not past the budget
+            if prewarm and (deadline is None or case_began < deadline):
+                sides.prewarm([a for a in prewarm if a["params"]["case_id"] not in done],
+                              args.case_timeout)  # fmt: skip
+                prewarm = []
             if deadline is not None and case_began >= deadline:
                 record = unmeasured(spec, suite, cid, backend, args.gpu_budget)
             else:
@@ -426,6 +446,18 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     args.fresh_processes, args.seed, deadline,
                 )  # fmt: skip
             _priced(record, sides.take_costs(), time.perf_counter() - case_began)
+            done.add(cid)
+            setup_s = float((record.get("paired") or {}).get("cost", {}).get("setup_side_s", 0))
+            if prewarm is None and prewarm_after > 0 and setup_s >= prewarm_after:
+                ahead = selected_cases(args.suite, size, device, backend, args.kernel,
+                                       args.skip_case, args.case, announce=False)  # fmt: skip
+                later = {c: s for s, _, c in ahead if c not in done}
+                prewarm = [
+                    {"cmd": "setup", "factory": FACTORY, "timer": cfg.timer, "placements": 1,
+                     "params": {"suite": s, "size": size, "case_id": c, "impl": args.impl,
+                                "backend": backend, "seed": 0, "check": False}}
+                    for c, s in later.items()
+                ]  # fmt: skip
             record["library"] = library
             record["paired"]["baseline_library"] = baseline_library
             if threads is not None:
@@ -619,6 +651,35 @@ class _Sides:
         new = [self._swap(*where[id(s)]) for s in sides]
         self._wait_ready(new)
         return new
+
+    def prewarm(self, asks: Sequence[dict[str, Any]], timeout_s: float | None) -> None:
+        """Set each case up once in each role, spread over the role's sides and released
+        after each round: a JIT library then compiles the suite's variants side by side,
+        into the role's home (``side_home``), instead of one per case in that case's
+        first check. On the H200 (2026-12-03) FlashInfer decode's first checks of five
+        variants took 9-21 s each, 71 of the suite's 105 s.
+
+        A side that fails, dies or hangs here (a hung one is killed by its timeout) is
+        left for ``pair`` to replace: the case meets the same failure in its own turn,
+        and it is recorded there.
+        The seconds go to the next case's price (``prewarm_s``).
+        """
+        began = time.perf_counter()
+        self.pair()  # every side alive and past its hello before it is asked
+        for first in range(0, len(asks), self.pairs):
+            batch = asks[first : first + self.pairs]
+            busy: list[Side] = []
+            for sides in self.sides.values():
+                for side, ask in zip(sides, batch, strict=False):
+                    with contextlib.suppress(SideDied):
+                        side.send(ask)
+                        busy.append(side)
+            for side in busy:  # a hung side is killed by its timeout (``Side.receive``)
+                with contextlib.suppress(SideError, SideDied, SideTimeout):
+                    side.receive("setup", timeout_s)
+            self.release()
+        log.info("prewarmed %d cases in %.1f s", len(asks), time.perf_counter() - began)
+        self._add("prewarm_s", time.perf_counter() - began)
 
     def pair(self) -> tuple[list[Side], list[Side]]:
         for role, sides in self.sides.items():

@@ -234,10 +234,12 @@ def selected_cases(
     kernels: Sequence[str] | None,
     skip: Sequence[str],
     pattern: str = "",
+    announce: bool = True,
 ) -> Iterator[tuple[str, CaseSpec, str]]:
     """(suite, spec, case id) of every case to run, announced on stderr first.
 
     ``pattern``: a case pattern (``kernels/casepattern.py``); empty selects every case.
+    ``announce=False``: no markers (a look ahead at the cases, not their run).
 
     The ``KW-CASE-START`` marker names the case a crash or hang belongs to
     (``worker/suite_process.py``); the runner and the paired coordinator share it.
@@ -250,7 +252,7 @@ def selected_cases(
             cid = case_id(spec.kernel, backend, spec.params)
             if cid in skip or not matches(names_of(spec.kernel, spec.params, cid), pattern):
                 continue
-            if _case_markers:
+            if _case_markers and announce:
                 params = json.dumps(spec.params, sort_keys=True)
                 print(f"{CASE_MARKER} {cid} {spec.kernel} {params}", file=sys.stderr, flush=True)
             yield suite, spec, cid

@@ -117,3 +117,12 @@ def jit_built(n: int = 96, **_: Any) -> SideCase:
     import fakejit  # type: ignore[import-not-found]  # the side's own library path
 
     return _matmul(n, fakejit.op())
+
+
+def fails_or_hangs(mode: str = "", n: int = 96, **_: Any) -> SideCase:
+    """A set-up that raises (``mode="raise"``), hangs (``"hang"``) or succeeds."""
+    if mode == "raise":
+        raise RuntimeError("this case's set-up is broken")
+    if mode == "hang":
+        time.sleep(120)
+    return _matmul(n, 1)

@@ -12,6 +12,7 @@ import functools
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -277,14 +278,23 @@ def _bench_paired(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
     return _bench_paired_logged(tmp_path, *extra)[0]
 
 
-def _bench_paired_logged(tmp_path: Path, *extra: str) -> tuple[list[dict[str, Any]], str]:
+def _bench_paired_logged(
+    tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[list[dict[str, Any]], str]:
     """The worker's entry run as the worker runs it: its records and its stderr."""
     out = tmp_path / "paired.jsonl"
     argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", "--baseline-path", "",
             "--candidate-path", "", "--suite", "basic", "--impl",
             "kernelwatch.kernels.triton_kernels", "--kernel", "softmax", "--budget", "0.2",
             "--retries", "0", "--out", str(out), *extra]  # fmt: skip
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        argv,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return [json.loads(line) for line in out.read_text().splitlines()], done.stderr
 
@@ -324,3 +334,64 @@ def test_a_spent_gpu_budget_leaves_cases_inconclusive_and_says_so(tmp_path: Path
     for r in rest:
         assert r["status"] == "skip" and r["paired"]["verdict"] == "inconclusive"
         assert r["paired"]["note"] == "not measured: the run's GPU budget was spent (0.5 s)"
+
+
+COMPILE_S = 5.0  # the fake JIT's compile: above a loaded CI machine's set-ups
+
+
+def test_a_jit_librarys_later_cases_compile_side_by_side(tmp_path: Path) -> None:
+    # FlashInfer decode on the H200 (2026-12-03): five variants compiled in their cases'
+    # first checks, 9-21 s each, 71 of the suite's 105 s. Once a case's set-up is that
+    # slow, the later cases are set up once in each role, spread over the sides
+    home = tmp_path / "home"
+    out = tmp_path / "paired.jsonl"
+    argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", "--baseline-path", "",
+            "--candidate-path", "", "--suite", "basic", "--impl", "tests.jit_impl",
+            "--budget", "0.2", "--retries", "0", "--pairs", "3", "--prewarm-after", "4",
+            "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "HOME": str(home), "KW_TEST_COMPILE_S": str(COMPILE_S)}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["kernel"] for r in records] == ["softmax", "rmsnorm", "matmul", "attention"]
+    costs = [r["paired"]["cost"] for r in records]
+    assert costs[0]["setup_side_s"] >= COMPILE_S  # the first case compiled in its set-up
+    # the three later kernels compiled at once on three sides of each role: in one
+    # round (three in a row would take 3 x COMPILE_S), and none in its own set-up
+    assert COMPILE_S <= costs[1]["prewarm_s"] < 3 * COMPILE_S, costs[1]
+    assert all(c["setup_side_s"] < COMPILE_S for c in costs[1:]), costs
+    assert all("prewarm_s" not in c for c in costs[2:])
+    assert all(r["paired"]["verdict"] != "error" for r in records), records[-1]
+    assert "KW-PAIRED prewarmed 3 cases in " in done.stderr
+    built = {p.name for p in home.rglob("fakejit/*")}
+    assert built == {"softmax", "rmsnorm", "matmul", "attention"}
+
+
+def test_prewarm_is_off_by_default_on_the_cpu(tmp_path: Path) -> None:
+    # a compile in the first case, as above, without --prewarm-after
+    env = {"HOME": str(tmp_path / "home"), "KW_TEST_COMPILE_S": str(COMPILE_S)}
+    records, stderr = _bench_paired_logged(tmp_path, "--impl", "tests.jit_impl", env=env)
+    assert records[0]["paired"]["cost"]["setup_side_s"] >= COMPILE_S
+    assert "prewarm" not in stderr and all("prewarm_s" not in r["paired"]["cost"] for r in records)
+
+
+def test_a_prewarm_that_fails_or_hangs_loses_no_side(tmp_path: Path) -> None:
+    # a later case that breaks or hangs its set-up meets that failure again in its own
+    # turn, recorded there; the prewarm only must not take the pool down with it
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3)
+    try:
+        sides.pair()
+        asks = [
+            {"cmd": "setup", "factory": "tests.paired_factories:fails_or_hangs",
+             "timer": {}, "placements": 1, "params": {"mode": mode}}
+            for mode in ("raise", "hang", "")
+        ]  # fmt: skip
+        sides.prewarm(asks, timeout_s=2.0)
+        assert sides.take_costs()["prewarm_s"] < 60
+        a, b = sides.pair()  # the hung sides replaced, the others kept
+        assert all(s.alive() for s in a + b) and len(a) == len(b) == 3
+        cfg, params = _sick_side(tmp_path)
+        result = compare(a, b, "tests.paired_factories:fails_or_hangs", {}, {}, cfg)
+        assert 0.5 < result.ratio < 2.0
+    finally:
+        sides.close()
