@@ -227,7 +227,8 @@ class PairedSection:
     # The price (issue 25): gpu_s is the GPU wall time the case held the card, from
     # the end of the previous case to its record (side start-up it waited for, set-up,
     # check, screen, blocks, re-measures, confirmation); cost breaks it down:
-    # process_start_s, cuda_context_s, restart_s, setup_s, check_s, screen_s, blocks_s,
+    # process_start_s, cuda_context_s, restart_s, prewarm_s (the later cases set up
+    # ahead, ``paired_suite._Sides.prewarm``), setup_s, check_s, screen_s, blocks_s,
     # confirmation_s, wall_s. A case the run's GPU budget left unmeasured is
     # ``inconclusive`` with a ``note`` that says so (``--gpu-budget``).
     gpu_s: float | None = None

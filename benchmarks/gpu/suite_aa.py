@@ -34,8 +34,8 @@ HELP = "whole-suite A/A with bench-paired: verdicts and GPU wall s per case"
 ADAPTERS = "kernelwatch.kernels.adapters"
 LIGER = host.SOURCES / "liger" / "src"
 # the breakdown's keys, in the order a case spends them (PairedSection.cost)
-COSTS = ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "setup_s",
-         "check_s", "screen_s", "blocks_s", "confirmation_s")  # fmt: skip
+COSTS = ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "prewarm_s",
+         "setup_s", "check_s", "screen_s", "blocks_s", "confirmation_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
