@@ -22,6 +22,7 @@ import platform
 import shutil
 import signal
 import site
+import socket
 import subprocess
 import sys
 import time
@@ -322,6 +323,13 @@ def carried() -> dict[str, list[str]]:
         str(d.name): sorted(p.name for p in d.iterdir()) if d.is_dir() else []
         for d in (WHEELS, SERVICE_WHEELS, SOURCES)
     }
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -57,6 +57,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -75,7 +76,6 @@ LIBRARIES = ("sdpa", "liger", "flashinfer", "fa2", "fa3", "cutlass-dsl")
 # machine (``cutlass-dsl --into-site``) and only the example travels with this one
 DSL_EXAMPLES = ("cutedsl", ".dsl/examples")
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
-REDIS_PORT = 6390
 CLI = liger.CLI
 
 
@@ -305,35 +305,61 @@ def carried(lib: str, src: Path) -> bool:
 # ----------------------------------------------------------------------------- services
 
 
-def start_redis(ctx: host.Context, work: Path) -> tuple[subprocess.Popen[bytes] | None, str]:
-    """A Redis server on 127.0.0.1:REDIS_PORT (no persistence), or None and why not."""
+def start_redis(ctx: host.Context, work: Path) -> tuple[subprocess.Popen[bytes] | None, int, str]:
+    """A Redis server of this call on 127.0.0.1 (no persistence): the process, its port
+    and what it is; or None, 0 and why not.
+
+    The port is a free one, and a PING counts only when the server that answers is
+    this process (``INFO``'s ``process_id``). On a fixed port, a Redis left behind by a
+    killed call answered in place of the new one, which had failed to bind: the run
+    went to the stale server and waited there, queued, until its timeout (2026-12-03).
+    """
     exe = shutil.which("redis-server")
     if exe is None:
-        return None, "no redis-server (carry .deb/ or use --broker filesystem)"
+        return None, 0, "no redis-server (carry .deb/ or use --broker filesystem)"
     folder = work / "redis"
     folder.mkdir(parents=True, exist_ok=True)
-    log = open(ctx.logs / "redis.log", "w", encoding="utf-8")  # noqa: SIM115
-    argv = [exe, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
+    port = host.free_port()
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", str(folder), "--protected-mode", "yes"]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+    with open(ctx.logs / "redis.log", "w", encoding="utf-8") as log:  # the child keeps its own
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
     end = time.monotonic() + 20
     while time.monotonic() < end:
         if proc.poll() is not None:
-            return None, f"redis-server exited (rc {proc.returncode}): see logs/redis.log"
-        if _redis_ping():
-            return proc, f"{exe} on 127.0.0.1:{REDIS_PORT}"
+            return None, 0, f"redis-server exited (rc {proc.returncode}): see logs/redis.log"
+        answered = redis_pid(port)
+        if answered == proc.pid:
+            return proc, port, f"{exe} on 127.0.0.1:{port}"
+        if answered is not None:
+            proc.kill()
+            proc.wait()
+            return None, 0, f"127.0.0.1:{port} is another Redis's (pid {answered})"
         time.sleep(0.2)
     proc.kill()
-    return None, "redis-server did not answer PING in 20 s"
+    proc.wait()
+    return None, 0, "redis-server did not answer in 20 s"
 
 
-def _redis_ping() -> bool:
-    import socket
-
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", REDIS_PORT), 1) as s:
-        s.sendall(b"PING\r\n")
-        return s.recv(16).startswith(b"+PONG")
-    return False
+def redis_pid(port: int) -> int | None:
+    """The ``process_id`` of the Redis answering on 127.0.0.1:``port``, if one does."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        socket.create_connection(("127.0.0.1", port), 1) as conn,
+    ):
+        conn.sendall(b"INFO server\r\n")
+        head, _, body = conn.recv(65536).partition(b"\r\n")
+        if not head.startswith(b"$"):  # an error (NOAUTH...) or not Redis at all
+            return None
+        while len(body) < int(head[1:]):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith("process_id:"):
+                return int(line.split(":", 1)[1])
+    return None
 
 
 def service_env(
@@ -434,10 +460,10 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     work.mkdir(parents=True)
     redis_proc, broker = None, ""
     if args.broker == "redis":
-        redis_proc, why = start_redis(ctx, work)
+        redis_proc, port, why = start_redis(ctx, work)
         result["redis"] = why
         if redis_proc is not None:
-            broker = f"redis://127.0.0.1:{REDIS_PORT}/0"
+            broker = f"redis://127.0.0.1:{port}/0"
     worker = None
     try:
         wait_s = max(30.0, ctx.left() - args.reserve_s - 40)

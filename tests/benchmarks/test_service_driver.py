@@ -182,3 +182,24 @@ def test_cute_dsl_commits_differ_in_the_recipes_tile_only(tmp_path: Path) -> Non
     assert (repo / "cutedsl_examples" / "hopper" / "dense_gemm.py").is_file()
     assert service._commits(shas) == ["--range", f"{shas[0]}..{shas[1]}", "--paired"]
     assert service._commits(shas[:1]) == ["--commit", shas[0]]
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a Redis server here")
+def test_the_calls_redis_is_its_own_never_a_stray_on_the_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2026-12-03: on a fixed port a Redis left by a killed call answered PING in place of
+    # the new one (which could not bind); the run went there and waited, queued, 208 s
+    ctx = host.Context(out=tmp_path, logs=tmp_path, deadline=float("inf"), cpu=True)
+    proc, port, why = service.start_redis(ctx, tmp_path / "a")
+    assert proc is not None, why
+    try:
+        assert service.redis_pid(port) == proc.pid and why.endswith(f":{port}")
+        monkeypatch.setattr(host, "free_port", lambda: port)  # the port already taken
+        stray, _, refused = service.start_redis(ctx, tmp_path / "b")
+        assert stray is None
+        assert refused.startswith("redis-server exited") or f"pid {proc.pid}" in refused
+    finally:
+        proc.kill()
+        proc.wait()
+    assert service.redis_pid(host.free_port()) is None
