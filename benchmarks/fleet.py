@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from typing import Any
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks.gpu.host import free_port
 from kernelwatch.db.config import Settings
 from kernelwatch.db.fleet import WorkerHeartbeat, beat
 from kernelwatch.db.migrate import upgrade
@@ -79,12 +79,6 @@ LIBRARY = {
 
 
 # ----------------------------------------------------------------------------- services
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

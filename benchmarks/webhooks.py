@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.gpu.host import free_port
 from kernelwatch.jobs.api.signature import sign
 
 SECRET = "benchmark-webhook-secret"
@@ -68,12 +68,6 @@ class Stats:
     @property
     def rate(self) -> float:
         return self.requests / self.seconds
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def headers(event: str, delivery: str | None, signed: bool = True) -> dict[str, str]:

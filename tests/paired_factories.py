@@ -51,9 +51,9 @@ def _matmul(n: int, repeat: int) -> SideCase:
     return call, (a, b)
 
 
-def _claim(token_dir: str) -> bool:
-    """True for the first set-up to claim the ``sick`` token (its pid goes into it)."""
-    token = Path(token_dir) / "sick"
+def _claim(token_dir: str, name: str = "sick") -> bool:
+    """True for the first set-up to claim the token ``name`` (its pid goes into it)."""
+    token = Path(token_dir) / name
     try:
         fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
@@ -75,18 +75,10 @@ def process_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCa
 def processes_slow(token_dir: str, sick: int = 2, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
     """Slow in the first ``sick`` processes to set up (tokens ``sick-0``...), for
     their whole life: only a new process cures them."""
-    folder, pid = Path(token_dir), str(os.getpid())
-    tokens = [folder / f"sick-{k}" for k in range(sick)]
-    mine = any(t.exists() and t.read_text() == pid for t in tokens)
-    for token in tokens if not mine else []:
-        try:
-            fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            continue
-        os.write(fd, pid.encode())
-        os.close(fd)
-        mine = True
-        break
+    pid = str(os.getpid())
+    names = [f"sick-{k}" for k in range(sick)]
+    mine = any((Path(token_dir) / t).exists() and (Path(token_dir) / t).read_text() == pid
+               for t in names) or any(_claim(token_dir, t) for t in names)  # fmt: skip
     return _matmul(n, slow if mine else 1)
 
 
