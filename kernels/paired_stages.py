@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from kernelwatch.kernels.paired import (
+    UNSTEADY,
     PairedConfig,
     PairedResult,
     Side,
@@ -143,6 +144,7 @@ def measure_stage(
     side_params = {**params, "seed": seed, "check": False}
     checked: PairedResult | None = None
     result: PairedResult | None = None
+    timed: PairedResult | None = None  # the last attempt that timed groups
     attempts = 0
     costs: dict[str, float] = {}
     screened: dict[str, Any] = {"resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": []}
@@ -174,15 +176,24 @@ def measure_stage(
             sides.replace(result.sick)
         reliable = reliable and result.reliable
         throttled += result.throttled_blocks
+        # an unsteady attempt (``paired.compare``) timed nothing: the stage's evidence
+        # is its other attempts', and the next attempt draws new set-ups
+        if result.stop_reason != UNSTEADY:
+            timed = result
         logs += [math.log(r) for r in result.group_ratios]
         clusters += [attempt * 1000 + c for c in result.clusters or []]
-        judged_by = clusters if result.clusters is not None else None
-        ratio, lo, hi, verdict = judge_reliable(logs, cfg, judged_by, reliable)
-        result.ratio, result.ci_low, result.ci_high = ratio, lo, hi
-        result.verdict, result.groups = verdict, len(logs)
-        if result.verdict != CaseVerdict.INCONCLUSIVE:
+        shown = timed or result
+        if logs:
+            judged_by = clusters if shown.clusters is not None else None
+            ratio, lo, hi, verdict = judge_reliable(logs, cfg, judged_by, reliable)
+        else:
+            ratio, lo, hi, verdict = math.nan, math.nan, math.nan, CaseVerdict.INCONCLUSIVE
+        shown.ratio, shown.ci_low, shown.ci_high = ratio, lo, hi
+        shown.verdict, shown.groups = verdict, len(logs)
+        if verdict != CaseVerdict.INCONCLUSIVE:
             break
         budget *= 2
+    result = timed or result
     assert result is not None and checked is not None
     base, cand = correctness_of(checked.info_a), correctness_of(checked.info_b)
     accuracy = (

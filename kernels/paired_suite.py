@@ -69,6 +69,7 @@ from kernelwatch.kernels import stats
 from kernelwatch.kernels.adapters import build_profile_skips
 from kernelwatch.kernels.device import pin_cpu_threads
 from kernelwatch.kernels.paired import (
+    UNSTEADY,
     PairedConfig,
     PairedResult,
     Side,
@@ -299,7 +300,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="once a case's set-up takes this long (a JIT library compiling on first use), "
         "set every later case up once in each role, spread over the sides, so their "
-        "compiles run side by side (default 5 on a GPU; 0: off, the CPU's default)",
+        "compiles run side by side (default 0: off; on the H200 FlashInfer's compiles "
+        "are CPU-bound and side by side took as long as one after another)",
+    )
+    p.add_argument(
+        "--prewarm-width",
+        type=int,
+        default=2,
+        metavar="N",
+        help="cases a prewarm round sets up at once in each role (default 2: two compiles "
+        "a role beside the one a case's own set-up runs; a JIT compile takes cores and "
+        "memory, and 16 at once on the H200 ran past a suite's limit)",
+    )
+    p.add_argument(
+        "--prewarm-budget",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="no new prewarm round after this many seconds; the cases left compile in "
+        "their own set-ups, as without a prewarm (default 60)",
     )
     p.add_argument(
         "--setup-one-at-a-time",
@@ -418,7 +437,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     records: list[dict[str, Any]] = []
-    prewarm_after = args.prewarm_after if args.prewarm_after is not None else (0 if cpu else 5.0)
+    # off unless asked: on the H200 (2026-12-03, docs/measurement.md §13) decode's four
+    # FlashInfer modules compiled in 78.7 s prewarmed two a role at a time, and in
+    # 71.5 s one by one inside their cases' first checks
+    prewarm_after = args.prewarm_after or 0.0
     prewarm: list[dict[str, Any]] | None = None  # the later cases' set-ups, once due
     done: set[str] = set()
     try:
@@ -436,7 +458,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             # inside the next case's time, so its price includes it; not past the budget
             if prewarm and (deadline is None or case_began < deadline):
                 sides.prewarm([a for a in prewarm if a["params"]["case_id"] not in done],
-                              args.case_timeout)  # fmt: skip
+                              args.case_timeout, args.prewarm_width,
+                              args.prewarm_budget)  # fmt: skip
                 prewarm = []
             if deadline is not None and case_began >= deadline:
                 record = unmeasured(spec, suite, cid, backend, args.gpu_budget)
@@ -652,12 +675,21 @@ class _Sides:
         self._wait_ready(new)
         return new
 
-    def prewarm(self, asks: Sequence[dict[str, Any]], timeout_s: float | None) -> None:
-        """Set each case up once in each role, spread over the role's sides and released
-        after each round: a JIT library then compiles the suite's variants side by side,
-        into the role's home (``side_home``), instead of one per case in that case's
-        first check. On the H200 (2026-12-03) FlashInfer decode's first checks of five
-        variants took 9-21 s each, 71 of the suite's 105 s.
+    def prewarm(
+        self,
+        asks: Sequence[dict[str, Any]],
+        timeout_s: float | None,
+        width: int = 2,
+        budget_s: float = 60.0,
+    ) -> None:
+        """Set each case up once in each role, ``width`` cases a round per role, spread
+        over the role's sides and released after each round: a JIT library then
+        compiles a few of the suite's variants side by side, into the role's home
+        (``side_home``), instead of one per case in that case's first check. On the
+        H200 (2026-12-03) FlashInfer decode's first checks of five variants took 9-21 s
+        each, 71 of the suite's 105 s; nine cases a role at once (16 compiles) had not
+        finished in 115 s, so a round is narrow and no round starts past ``budget_s``
+        (the cases left compile in their own set-ups, as without a prewarm).
 
         A side that fails, dies or hangs here (a hung one is killed by its timeout) is
         left for ``pair`` to replace: the case meets the same failure in its own turn,
@@ -666,19 +698,33 @@ class _Sides:
         """
         began = time.perf_counter()
         self.pair()  # every side alive and past its hello before it is asked
-        for first in range(0, len(asks), self.pairs):
-            batch = asks[first : first + self.pairs]
+        width = max(1, min(width, self.pairs))
+        done = 0
+        for first in range(0, len(asks), width):
+            if time.perf_counter() - began >= budget_s:
+                log.info("prewarm stopped at its budget (%.0f s): %d of %d cases left to "
+                         "their own set-ups", budget_s, len(asks) - done, len(asks))  # fmt: skip
+                break
+            round_began = time.perf_counter()
+            batch = asks[first : first + width]
             busy: list[Side] = []
             for sides in self.sides.values():
                 for side, ask in zip(sides, batch, strict=False):
                     with contextlib.suppress(SideDied):
                         side.send(ask)
                         busy.append(side)
+            failed: list[str] = []
             for side in busy:  # a hung side is killed by its timeout (``Side.receive``)
-                with contextlib.suppress(SideError, SideDied, SideTimeout):
+                try:
                     side.receive("setup", timeout_s)
+                except (SideError, SideDied, SideTimeout) as exc:
+                    failed.append(f"{side.name}: {type(exc).__name__}")
             self.release()
-        log.info("prewarmed %d cases in %.1f s", len(asks), time.perf_counter() - began)
+            done += len(batch)
+            log.info("prewarm round: %d cases in %.1f s%s", len(batch),
+                     time.perf_counter() - round_began,
+                     f", failed {failed}" if failed else "")  # fmt: skip
+        log.info("prewarmed %d cases in %.1f s", done, time.perf_counter() - began)
         self._add("prewarm_s", time.perf_counter() - began)
 
     def pair(self) -> tuple[list[Side], list[Side]]:
@@ -765,6 +811,8 @@ def measure_case(
     try:
         first, pairs = _first_stage(sides, stage, seed, deadline, paired)
         paired.attempts = first.attempts
+        if first.result.stop_reason == UNSTEADY:
+            paired.note = UNSTEADY_NOTE
         second: Outcome | None = None
         final = first.verdict
         confirming = time.perf_counter()
@@ -784,6 +832,8 @@ def measure_case(
                     max_pairs=pairs,
                 )  # fmt: skip
                 final = confirmed(first, second)
+                if second.result.stop_reason == UNSTEADY:
+                    paired.note = f"confirmation {UNSTEADY_NOTE}"
             except SideError as exc:
                 if not (_broken(exc) and _role(exc.side) == "A"):
                     raise
@@ -798,6 +848,12 @@ def measure_case(
     record, section = _passed(record, paired, first, second, final, cfg, pairs)
     section.cost = {**first.costs, **paired.cost}
     return _as_dict(record, section)
+
+
+UNSTEADY_NOTE = (
+    "unsteady: more than half the pairs kept a side off after every screen round (the "
+    "kernel's time is not steady across processes); no group was timed"
+)
 
 
 def _first_stage(
@@ -931,8 +987,12 @@ def _side_failed(record: ResultRecord, paired: PairedSection, exc: SideError) ->
     return _as_dict(record, paired)
 
 
-def _candidate_timing(result: PairedResult) -> Timing:
+def _candidate_timing(result: PairedResult) -> Timing | None:
+    """The candidate's blocks as the record's timing; None where no group was timed
+    (an unsteady screen, ``paired.compare``)."""
     blocks = result.b_blocks
+    if not blocks:
+        return None
     lo, hi = stats.median_ci(blocks, 0.95) if len(blocks) > 1 else (blocks[0], blocks[0])
     describe = result.describe_b
     return Timing(

@@ -82,6 +82,13 @@ def processes_slow(token_dir: str, sick: int = 2, n: int = 96, slow: int = 3, **
     return _matmul(n, slow if mine else 1)
 
 
+def one_fast_process(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
+    """Fast only in the first process to set up (token ``fast``); every other process,
+    new ones too, slow for life: a kernel whose time is not steady across processes."""
+    mine = _claim(token_dir, "fast") or (Path(token_dir) / "fast").read_text() == str(os.getpid())
+    return _matmul(n, 1 if mine else slow)
+
+
 def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:
     live = Path(live_dir)
     live.mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,25 @@ from typing import Any, cast
 
 import pytest
 
-from kernelwatch.kernels.paired import PairedConfig, Side, _Screen, compare
+from kernelwatch.kernels import paired_stages
+from kernelwatch.kernels.paired import (
+    UNSTEADY,
+    PairedConfig,
+    PairedResult,
+    Side,
+    _Screen,
+    compare,
+)
 from kernelwatch.kernels.paired_stages import measure_stage
-from kernelwatch.kernels.paired_suite import _first_stage, _Sides, side_home
+from kernelwatch.kernels.paired_suite import (
+    UNSTEADY_NOTE,
+    _candidate_timing,
+    _first_stage,
+    _Sides,
+    side_home,
+)
 from kernelwatch.kernels.record import PairedSection
+from kernelwatch.kernels.verdict import CaseVerdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,6 +175,85 @@ def test_a_rounds_new_processes_start_together(tmp_path: Path) -> None:
         assert 0.5 < result.ratio < 2.0
     finally:
         sides.close()
+
+
+def test_a_screen_that_cannot_leave_its_off_pairs_out_times_nothing(tmp_path: Path) -> None:
+    # SDPA's varlen MHA prefill on the H200 (2026-12-03): 8-12 of 16 fresh sides stayed
+    # +7-80 % off through every round, new processes too, and the blocks of all pairs
+    # read an A/A "improvement" at 0.88 [0.80, 0.98]. Here two of three pairs stay off
+    # (one fast process): nothing can be left out, so nothing is timed and the stage
+    # ends inconclusive
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3)
+    try:
+        sides.pair()
+        cfg, params = _sick_side(tmp_path)
+        stage = functools.partial(
+            measure_stage, sides, "tests.paired_factories:one_fast_process", params, cfg, 0,
+            False,
+        )  # fmt: skip
+        outcome, _ = _first_stage(sides, stage, 1234, None, PairedSection(verdict="error"))
+        result = outcome.result
+        assert result.stop_reason == UNSTEADY, result.screen
+        assert outcome.attempts == 1 and result.groups == 0 and result.group_ratios == []
+        assert outcome.timing == CaseVerdict.INCONCLUSIVE
+        assert math.isnan(result.ratio) and result.excluded_pairs == []
+        assert result.respawns >= 2, result.screen  # the screen tried new processes first
+        assert max(r["round"] for r in result.screen) == PairedConfig.screen_retries
+        assert outcome.section().excluded_effect is None
+    finally:
+        sides.close()
+
+
+def test_an_unsteady_re_measure_keeps_the_groups_timed_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # decode on the H200 (2026-12-03): attempt 1 timed 48 groups, inconclusive; attempt
+    # 2's fresh set-ups were unsteady. The stage is judged on attempt 1's groups, and
+    # its record's timing is attempt 1's blocks (an empty one crashed the run)
+    def attempt(groups: list[float], stop: str) -> PairedResult:
+        n = len(groups)
+        return PairedResult(
+            ratio=math.nan, ci_low=math.nan, ci_high=math.nan, groups=n,
+            verdict=CaseVerdict.INCONCLUSIVE, stop_reason=stop, seconds=0.1,
+            a_median=1e-3 if n else math.nan, b_median=1e-3 if n else math.nan,
+            group_ratios=groups, pairs=[g % 4 for g in range(n)],
+            clusters=[g % 4 for g in range(n)], a_blocks=[1e-3] * 2 * n,
+            b_blocks=[1e-3] * 2 * n,
+        )  # fmt: skip
+
+    script = iter([attempt([1.03, 0.97, 1.04, 0.96] * 2, "rounds_max"), attempt([], UNSTEADY)])
+    monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
+    pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
+                           replace=lambda names: None, respawn=None)  # fmt: skip
+    outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 1, False, 7)
+    assert outcome.attempts == 2 and outcome.timing == CaseVerdict.INCONCLUSIVE
+    result = outcome.result
+    assert result.stop_reason == "rounds_max" and result.groups == 8
+    assert 0.95 < result.ratio < 1.05 and result.ci_low < 1 < result.ci_high
+    assert _candidate_timing(result) is not None
+    assert _candidate_timing(attempt([], UNSTEADY)) is None
+
+
+def test_an_unsteady_case_is_recorded_neutral_and_the_next_case_measured(
+    tmp_path: Path,
+) -> None:
+    # through the worker's entry: the unsteady case's record says why it has no time,
+    # and the run goes on (on the H200 the record's timing crashed the suite's run)
+    out = tmp_path / "paired.jsonl"
+    argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", "--baseline-path", "",
+            "--candidate-path", "", "--suite", "basic", "--impl", "tests.unsteady_impl",
+            "--kernel", "softmax", "--kernel", "rmsnorm", "--budget", "0.3", "--retries", "0",
+            "--pairs", "3", "--screen-tol", "1.0", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "KW_TEST_TOKEN_DIR": str(tmp_path)}
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = (json.loads(line) for line in out.read_text().splitlines())
+    assert first["kernel"] == "softmax" and first["status"] == "pass", first
+    assert first["paired"]["verdict"] == "inconclusive" and first["timing"] is None
+    assert first["paired"]["stop_reason"] == UNSTEADY and first["paired"]["groups"] == 0
+    assert first["paired"]["note"] == UNSTEADY_NOTE
+    assert second["kernel"] == "rmsnorm" and second["paired"]["groups"] > 0, second
+    assert "KW-PAIRED stop (unsteady) after 0 groups" in done.stderr
 
 
 def test_a_pool_respawns_only_its_own_sides() -> None:
@@ -339,21 +433,30 @@ def test_a_spent_gpu_budget_leaves_cases_inconclusive_and_says_so(tmp_path: Path
 COMPILE_S = 5.0  # the fake JIT's compile: above a loaded CI machine's set-ups
 
 
-def test_a_jit_librarys_later_cases_compile_side_by_side(tmp_path: Path) -> None:
-    # FlashInfer decode on the H200 (2026-12-03): five variants compiled in their cases'
-    # first checks, 9-21 s each, 71 of the suite's 105 s. Once a case's set-up is that
-    # slow, the later cases are set up once in each role, spread over the sides
-    home = tmp_path / "home"
+def _prewarmed_jit_suite(
+    tmp_path: Path, home: Path, *extra: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The basic suite through the worker's entry on ``tests.jit_impl`` (a 5 s compile a
+    kernel on first use under ``home``), prewarmed once a set-up takes 4 s."""
     out = tmp_path / "paired.jsonl"
     argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite", "--baseline-path", "",
             "--candidate-path", "", "--suite", "basic", "--impl", "tests.jit_impl",
             "--budget", "0.2", "--retries", "0", "--pairs", "3", "--prewarm-after", "4",
-            "--out", str(out)]  # fmt: skip
+            "--out", str(out), *extra]  # fmt: skip
     env = {**os.environ, "HOME": str(home), "KW_TEST_COMPILE_S": str(COMPILE_S)}
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["kernel"] for r in records] == ["softmax", "rmsnorm", "matmul", "attention"]
+    return records, done.stderr
+
+
+def test_a_jit_librarys_later_cases_compile_side_by_side(tmp_path: Path) -> None:
+    # FlashInfer decode on the H200 (2026-12-03): five variants compiled in their cases'
+    # first checks, 9-21 s each, 71 of the suite's 105 s. Once a case's set-up is that
+    # slow, the later cases are set up once in each role, spread over the sides
+    home = tmp_path / "home"
+    records, stderr = _prewarmed_jit_suite(tmp_path, home, "--prewarm-width", "3")
     costs = [r["paired"]["cost"] for r in records]
     assert costs[0]["setup_side_s"] >= COMPILE_S  # the first case compiled in its set-up
     # the three later kernels compiled at once on three sides of each role: in one
@@ -362,12 +465,31 @@ def test_a_jit_librarys_later_cases_compile_side_by_side(tmp_path: Path) -> None
     assert all(c["setup_side_s"] < COMPILE_S for c in costs[1:]), costs
     assert all("prewarm_s" not in c for c in costs[2:])
     assert all(r["paired"]["verdict"] != "error" for r in records), records[-1]
-    assert "KW-PAIRED prewarmed 3 cases in " in done.stderr
+    assert "KW-PAIRED prewarmed 3 cases in " in stderr
     built = {p.name for p in home.rglob("fakejit/*")}
     assert built == {"softmax", "rmsnorm", "matmul", "attention"}
 
 
-def test_prewarm_is_off_by_default_on_the_cpu(tmp_path: Path) -> None:
+def test_a_prewarm_round_is_narrow_and_none_starts_past_its_budget(tmp_path: Path) -> None:
+    # on the H200 nine FlashInfer variants a role compiled at once had not finished in
+    # 115 s: a round sets up --prewarm-width cases a role, and past --prewarm-budget the
+    # cases left compile in their own set-ups, as without a prewarm
+    records, stderr = _prewarmed_jit_suite(
+        tmp_path, tmp_path / "home", "--prewarm-width", "1", "--prewarm-budget", "1"
+    )
+    costs = [r["paired"]["cost"] for r in records]
+    # one round of one case (rmsnorm), then the budget: matmul and attention compile
+    # in their own set-ups
+    assert COMPILE_S <= costs[1]["prewarm_s"] < 2 * COMPILE_S, costs[1]
+    assert costs[1]["setup_side_s"] < COMPILE_S <= costs[2]["setup_side_s"], costs
+    assert costs[3]["setup_side_s"] >= COMPILE_S, costs
+    assert "KW-PAIRED prewarm round: 1 cases in " in stderr
+    assert "KW-PAIRED prewarm stopped at its budget (1 s): 2 of 3 cases left" in stderr
+    assert "KW-PAIRED prewarmed 1 cases in " in stderr
+    assert all(r["paired"]["verdict"] != "error" for r in records), records[-1]
+
+
+def test_prewarm_is_off_by_default(tmp_path: Path) -> None:
     # a compile in the first case, as above, without --prewarm-after
     env = {"HOME": str(tmp_path / "home"), "KW_TEST_COMPILE_S": str(COMPILE_S)}
     records, stderr = _bench_paired_logged(tmp_path, "--impl", "tests.jit_impl", env=env)

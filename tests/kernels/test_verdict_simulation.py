@@ -83,7 +83,8 @@ def _stage(
     docs/measurement.md §5. The screen (``paired.compare``) finds such a side among
     its role's and sets it up again (a new draw), ``SCREEN_RETRIES`` times; a side
     still slow then leaves the comparison with its pair; with more than half the
-    pairs off, all stay in. (Were the state a process's for life, set-ups again would
+    pairs off the attempt is unsteady: nothing timed, the next attempt draws anew.
+    (Were the state a process's for life, set-ups again would
     not help and only the pool's replacement of sick processes would: the H200 data of
     the screen's rows say which.)
     """
@@ -100,6 +101,11 @@ def _stage(
         kept = off_pair.sum(axis=1) <= PAIRS // 2
         # a left-out pair is NaN in its row: the interval is over the rest
         offset = np.where(off_pair & kept[:, None], np.nan, offset)
+        # an unsteady attempt times nothing: its row stays NaN, the case goes on to
+        # the next attempt
+        offset = np.where(kept[:, None], offset, np.nan)
+        waiting = undecided[~kept[undecided]]
+        undecided = undecided[kept[undecided]]
         rounds = ROUNDS * 2**attempt
         noise = rng.standard_normal((n, PAIRS, rounds)) * GROUP_SD
         running = np.cumsum(noise, axis=2) / np.arange(1, rounds + 1)
@@ -119,6 +125,7 @@ def _stage(
                 else:
                     verdict[case] = v
             undecided = np.asarray(still, dtype=int)
+        undecided = np.concatenate([undecided, waiting]).astype(int)
         pooled.append(offset + running[:, :, -1])
     verdict[undecided] = CaseVerdict.INCONCLUSIVE
     return verdict
