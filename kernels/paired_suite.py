@@ -215,6 +215,21 @@ def _device() -> torch.device:
 # --------------------------------------------------------------------------- coordinator
 
 
+# The note of a case whose stage timed nothing (``paired.UNSTEADY``)
+UNSTEADY_NOTE = (
+    "unsteady: more than half the pairs kept a side off after every screen round (the "
+    "kernel's time is not steady across processes); no group was timed"
+)
+
+
+# The prewarm (``_Sides.prewarm``) is off unless ``--prewarm-after`` asks for it: on the
+# H200 (2026-12-03, docs/measurement.md §13c) FlashInfer decode's four modules compiled
+# in 78.7 s prewarmed two a role at a time, and in 71.5 s one by one inside their cases'
+# first checks. Its rounds: this many cases a role, none started past this budget.
+PREWARM_WIDTH = 2
+PREWARM_BUDGET_S = 60.0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The options of ``kernelwatch bench-paired`` (and of the worker's ``python -m`` entry)."""
     p = argparse.ArgumentParser(
@@ -296,17 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prewarm-after",
         type=float,
-        default=None,
+        default=0.0,
         metavar="S",
         help="once a case's set-up takes this long (a JIT library compiling on first use), "
         "set every later case up once in each role, spread over the sides, so their "
-        "compiles run side by side (default 0: off; on the H200 FlashInfer's compiles "
-        "are CPU-bound and side by side took as long as one after another)",
+        "compiles run side by side (default 0: off; on the H200 FlashInfer decode's four "
+        "compiles took as long side by side as one after another)",
     )
     p.add_argument(
         "--prewarm-width",
         type=int,
-        default=2,
+        default=PREWARM_WIDTH,
         metavar="N",
         help="cases a prewarm round sets up at once in each role (default 2: two compiles "
         "a role beside the one a case's own set-up runs; a JIT compile takes cores and "
@@ -315,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prewarm-budget",
         type=float,
-        default=60.0,
+        default=PREWARM_BUDGET_S,
         metavar="S",
         help="no new prewarm round after this many seconds; the cases left compile in "
         "their own set-ups, as without a prewarm (default 60)",
@@ -437,10 +452,6 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     records: list[dict[str, Any]] = []
-    # off unless asked: on the H200 (2026-12-03, docs/measurement.md §13) decode's four
-    # FlashInfer modules compiled in 78.7 s prewarmed two a role at a time, and in
-    # 71.5 s one by one inside their cases' first checks
-    prewarm_after = args.prewarm_after or 0.0
     prewarm: list[dict[str, Any]] | None = None  # the later cases' set-ups, once due
     done: set[str] = set()
     try:
@@ -471,7 +482,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             _priced(record, sides.take_costs(), time.perf_counter() - case_began)
             done.add(cid)
             setup_s = float((record.get("paired") or {}).get("cost", {}).get("setup_side_s", 0))
-            if prewarm is None and prewarm_after > 0 and setup_s >= prewarm_after:
+            if prewarm is None and args.prewarm_after > 0 and setup_s >= args.prewarm_after:
                 ahead = selected_cases(args.suite, size, device, backend, args.kernel,
                                        args.skip_case, args.case, announce=False)  # fmt: skip
                 later = {c: s for s, _, c in ahead if c not in done}
@@ -679,8 +690,8 @@ class _Sides:
         self,
         asks: Sequence[dict[str, Any]],
         timeout_s: float | None,
-        width: int = 2,
-        budget_s: float = 60.0,
+        width: int = PREWARM_WIDTH,
+        budget_s: float = PREWARM_BUDGET_S,
     ) -> None:
         """Set each case up once in each role, ``width`` cases a round per role, spread
         over the role's sides and released after each round: a JIT library then
@@ -848,12 +859,6 @@ def measure_case(
     record, section = _passed(record, paired, first, second, final, cfg, pairs)
     section.cost = {**first.costs, **paired.cost}
     return _as_dict(record, section)
-
-
-UNSTEADY_NOTE = (
-    "unsteady: more than half the pairs kept a side off after every screen round (the "
-    "kernel's time is not steady across processes); no group was timed"
-)
 
 
 def _first_stage(

@@ -63,30 +63,30 @@ def _claim(token_dir: str, name: str = "sick") -> bool:
     return True
 
 
+def owns_token(token_dir: str, name: str = "sick") -> bool:
+    """True in the process that holds the token ``name``: claimed now, or before."""
+    return _claim(token_dir, name) or (Path(token_dir) / name).read_text() == str(os.getpid())
+
+
 def first_setup_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
     return _matmul(n, slow if _claim(token_dir) else 1)
 
 
 def process_slow(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
-    mine = _claim(token_dir) or (Path(token_dir) / "sick").read_text() == str(os.getpid())
-    return _matmul(n, slow if mine else 1)
+    return _matmul(n, slow if owns_token(token_dir) else 1)
 
 
 def processes_slow(token_dir: str, sick: int = 2, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
     """Slow in the first ``sick`` processes to set up (tokens ``sick-0``...), for
     their whole life: only a new process cures them."""
-    pid = str(os.getpid())
-    names = [f"sick-{k}" for k in range(sick)]
-    mine = any((Path(token_dir) / t).exists() and (Path(token_dir) / t).read_text() == pid
-               for t in names) or any(_claim(token_dir, t) for t in names)  # fmt: skip
+    mine = any(owns_token(token_dir, f"sick-{k}") for k in range(sick))
     return _matmul(n, slow if mine else 1)
 
 
 def one_fast_process(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:
     """Fast only in the first process to set up (token ``fast``); every other process,
     new ones too, slow for life: a kernel whose time is not steady across processes."""
-    mine = _claim(token_dir, "fast") or (Path(token_dir) / "fast").read_text() == str(os.getpid())
-    return _matmul(n, 1 if mine else slow)
+    return _matmul(n, 1 if owns_token(token_dir, "fast") else slow)
 
 
 def memory_bound(live_dir: str, limit: int, n: int = 96, **_: Any) -> SideCase:

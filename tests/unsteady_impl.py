@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from kernelwatch.kernels.suite import load_impl
+from tests.paired_factories import owns_token
 
 WRAPPED = "kernelwatch.kernels.triton_kernels"
 SLOW = 8
-
-
-def _fast_process() -> bool:
-    token = Path(os.environ["KW_TEST_TOKEN_DIR"]) / "fast"
-    try:
-        fd = os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return token.read_text() == str(os.getpid())
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    return True
 
 
 def __getattr__(kernel: str) -> Callable[..., Any]:
@@ -37,7 +26,7 @@ def __getattr__(kernel: str) -> Callable[..., Any]:
     fn = load_impl(WRAPPED, kernel)
     if kernel != "softmax":
         return fn
-    repeat = 1 if _fast_process() else SLOW
+    repeat = 1 if owns_token(os.environ["KW_TEST_TOKEN_DIR"], "fast") else SLOW
 
     def call(*args: Any) -> Any:
         out = None
