@@ -165,6 +165,38 @@ def _trial(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _bench_once(
+    ctx: host.Context, step: str, t: Target, path: list[str], budget_s: float
+) -> tuple[host.Step, list[dict[str, Any]]]:
+    """One bench of the target's case alone on the GPU, with ``path`` first on its
+    ``PYTHONPATH`` (a side's conf and library), and the records it wrote."""
+    out = ctx.logs / f"{step}.jsonl"
+    argv = [sys.executable, "-m", "kernelwatch.kernels.runner", "--suite", t.suite,
+            "--impl", "benchmarks.inject", "--backend", t.backend, "--case", t.case,
+            "--size", "smoke" if ctx.cpu else "quick", "--budget", "0.2", "--no-peaks",
+            "--out", str(out)]  # fmt: skip
+    pythonpath = os.pathsep.join(p for p in [*path, str(host.ROOT)] if p)
+    ran = ctx.run(step, argv, min(120.0, budget_s / 3), reserve=5, env={"PYTHONPATH": pythonpath})
+    return ran, host.read_jsonl(out)
+
+
+def _baseline_time(
+    ctx: host.Context, label: str, t: Target, path: list[str], budget_s: float
+) -> float:
+    """One call's time of the baseline side in the suite's own timer, or 0.0 if none.
+
+    The injection is a percentage of this (``inject.sizing_time``), not of the
+    calibration's back-to-back calls, which timed a 12 us GEMM 12 % faster than the
+    comparison did (H200, 2026-12-03).
+    """
+    _, records = _bench_once(ctx, f"{label}-baseline", t, path, budget_s)
+    for r in records:
+        median = (r.get("timing") or {}).get("median")
+        if r.get("status") == "pass" and isinstance(median, (int, float)) and median > 0:
+            return float(median)
+    return 0.0
+
+
 def _calibrate_alone(
     ctx: host.Context, label: str, t: Target, path: list[str], budget_s: float
 ) -> host.Step:
@@ -175,13 +207,7 @@ def _calibrate_alone(
     (``inject.logged_extra``) instead of each measuring while the others set up beside
     it. One bench of the case with the candidate's path does that first call.
     """
-    argv = [sys.executable, "-m", "kernelwatch.kernels.runner", "--suite", t.suite,
-            "--impl", "benchmarks.inject", "--backend", t.backend, "--case", t.case,
-            "--size", "smoke" if ctx.cpu else "quick", "--budget", "0.2", "--no-peaks",
-            "--out", str(ctx.logs / f"{label}-calibrate.jsonl")]  # fmt: skip
-    pythonpath = os.pathsep.join(p for p in [*path, str(host.ROOT)] if p)
-    return ctx.run(f"{label}-calibrate", argv, min(120.0, budget_s / 3), reserve=5,
-                   env={"PYTHONPATH": pythonpath})  # fmt: skip
+    return _bench_once(ctx, f"{label}-calibrate", t, path, budget_s)[0]
 
 
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -202,7 +228,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             continue
         log = ctx.logs / f"{label}-calibration.jsonl"
         base = write_conf(ctx.logs / f"{label}-conf-A", t.impl, 0.0, log)
-        cand = write_conf(ctx.logs / f"{label}-conf-B", t.impl, args.pct, log)
+        base_s = _baseline_time(ctx, label, t, [str(base), lib], args.target_timeout)
+        cand = write_conf(ctx.logs / f"{label}-conf-B", t.impl, args.pct, log, base_s)
         _calibrate_alone(ctx, label, t, [str(cand), lib], args.target_timeout)
         out = ctx.logs / f"{label}.jsonl"
         argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite"]
@@ -215,7 +242,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         summary = _summarise(host.read_jsonl(out), host.read_jsonl(log))
         results.append({"target": t.name, "case": t.case, "rc": step.rc,
                         "timed_out": step.timed_out, "skipped": step.skipped,
-                        "wall_s": round(step.seconds, 1), **summary})  # fmt: skip
+                        "wall_s": round(step.seconds, 1), "baseline_s_suite_timer": base_s,
+                        **summary})  # fmt: skip
     table = [
         f"{'target':<36}{'trials':>7}{'flagged':>8}{'stage1':>7}{'ratio':>9}{'sd %':>7}"
         f"{'nominal %':>10}{'of base %':>10}{'s/trial':>8}  verdicts"

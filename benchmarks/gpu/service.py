@@ -480,6 +480,7 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
                                   stdout=log, stderr=subprocess.STDOUT,
                                   env={**os.environ, **env}, cwd=host.ROOT)  # fmt: skip
         submit(ctx, planned, env)
+        result["live_logs"] = live_suite_logs(Path(env["KW_DATA_DIR"]), ctx.logs / "live")
         result["worker_stop"] = liger.stop(worker)
         log.close()
         ids = [str(r["id"]) for p in planned for r in p.get("runs", [])]
@@ -513,6 +514,37 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     return result, table(result)
 
 
+# bytes of a live suite log kept: its end says where the time went; a flooding kernel's
+# log must not fill the call's output
+LIVE_LOG_BYTES = 256_000
+
+
+def live_suite_logs(data_dir: Path, dest: Path, limit: int = LIVE_LOG_BYTES) -> dict[str, str]:
+    """The suite logs of runs still measuring when the call's wait ends, kept in ``dest``.
+
+    A run the deadline cuts has no record, and the worker removes its work folder when it
+    stops. On the H200 (2026-12-04) FlashInfer 0.5.3's decode suite ran 287 s in the
+    sandbox with no case finished, and nothing the call brought back said where the
+    time went. Each log's tail (``limit`` bytes) travels in ``logs.tgz``; the result maps
+    each to its last line.
+    """
+    found: dict[str, str] = {}
+    for log in sorted(data_dir.glob("work/run-*/suite/runner-*.log")):
+        name = "-".join(log.relative_to(data_dir / "work").parts).replace("-suite-", "-")
+        try:
+            with open(log, "rb") as f:
+                f.seek(max(0, log.stat().st_size - limit))
+                tail = f.read()
+        except OSError as exc:
+            found[name] = f"unreadable: {exc}"
+            continue
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(tail)
+        lines = tail.decode("utf-8", "replace").strip().splitlines()
+        found[name] = lines[-1][:300] if lines else "(empty)"
+    return found
+
+
 # ----------------------------------------------------------------------------- table
 
 
@@ -536,6 +568,8 @@ def table(result: dict[str, Any]) -> list[str]:
     lines.append(f"GPU list: NVML {g.get('nvml')} agrees with nvidia-smi: {g.get('agree')}")
     if result.get("error"):
         lines.append(f"ERROR: {result['error']}")
+    for name, last in (result.get("live_logs") or {}).items():
+        lines.append(f"still running at the end: {name}: {last}")
     for p in result.get("plans") or []:
         head = f"{p['library']}: rc {p.get('rc')} in {p.get('seconds')} s"
         head += " (timed out)" if p.get("timed_out") else ""
@@ -579,4 +613,12 @@ def _gpu_seconds(run: dict[str, Any]) -> str:
     return f"{(f - s).total_seconds():.0f} s"
 
 
-__all__ = ["dataset_rows", "flashinfer_argv", "plans", "sdpa_repo", "service_env", "table"]
+__all__ = [
+    "dataset_rows",
+    "flashinfer_argv",
+    "live_suite_logs",
+    "plans",
+    "sdpa_repo",
+    "service_env",
+    "table",
+]

@@ -2,7 +2,7 @@
 
 Standalone: torch and flashinfer only, no kernelwatch. Run on an H100/H200:
 
-    python3 docs/repro/flashinfer_fp8.py            # prints one JSON object
+    python3 docs/repro/flashinfer_fp8.py            # one JSON line per finding
 
 1. ``single_prefill_with_kv_cache`` on e4m3 q/k/v with per-head scales (the convention
    of FlashInfer's own ``tests/attention/test_hopper_fp8_attention.py``: scale =
@@ -128,15 +128,15 @@ def decode(
 
 
 def main() -> None:
+    """One JSON line per finding, each printed as soon as it is measured: a first use
+    compiles FlashInfer's modules (a minute or more each), and a run cut short still
+    says what it found."""
     import flashinfer as fi
 
-    result = {
-        "flashinfer": fi.__version__,
-        "device": torch.cuda.get_device_name(),
-        "prefill": [prefill(fi, 4096, 8, h) for h in (8, 2)],
-        "decode": decode(fi),
-    }
-    print(json.dumps(result, indent=1))
+    head = {"flashinfer": fi.__version__, "device": torch.cuda.get_device_name()}
+    for hk in (8, 2):
+        print(json.dumps({**head, "prefill": prefill(fi, 4096, 8, hk)}), flush=True)
+    print(json.dumps({**head, "decode": decode(fi)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,40 @@ def test_a_contended_first_attempt_is_measured_again(
     assert row["nominal_pct"] == pytest.approx(1.0, abs=0.01)
 
 
+def test_the_injection_is_a_percentage_of_the_suite_timers_baseline(
+    quiet_gpu: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 12 us GEMM on the H200 (2026-12-03): the calibration's back-to-back calls read
+    14.2 us, the comparison's baseline 16.0; sized on the first, "+1 %" was +0.89 %."""
+    suite_s = 1.13 * (T_CALL + inject.BASE_ITERS * SLOPE)  # the gate's timer: slower
+    monkeypatch.setattr(
+        inject, "_conf", lambda: types.SimpleNamespace(LOG=str(quiet_gpu), BASE_S=suite_s)
+    )
+    _timer(monkeypatch, noisy_calls=0)
+    extra = inject._calibrate("gemm", lambda: None, (), 1.0)
+    (row,) = [json.loads(line) for line in quiet_gpu.read_text().splitlines()]
+    assert extra == round(0.01 * suite_s / SLOPE)
+    assert row["sized_on"] == "suite timer" and row["sized_on_s"] == pytest.approx(suite_s)
+    assert 100 * extra * SLOPE / suite_s == pytest.approx(1.0, abs=0.01)
+    # the calibration's own time is still what it measured, beside the size's base
+    assert row["t_call_s"] == pytest.approx(T_CALL + inject.BASE_ITERS * SLOPE)
+    # no suite timing (0, or not a number): the calibration's own time, said so
+    assert inject.sizing_time(14e-6, 0.0) == (14e-6, "calibration")
+    assert inject.sizing_time(14e-6, float("nan")) == (14e-6, "calibration")
+
+
+def test_a_conf_carries_the_baseline_time(tmp_path: Path) -> None:
+    import importlib.util
+
+    folder = inject.write_conf(tmp_path / "B", "kernelwatch.kernels.adapters.gemm", 1.0,
+                               tmp_path / "log.jsonl", base_s=16.0e-6)  # fmt: skip
+    spec = importlib.util.spec_from_file_location("conf", folder / f"{inject.CONF}.py")
+    assert spec is not None and spec.loader is not None
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    assert (conf.PCT, conf.BASE_S) == (1.0, 16.0e-6)
+
+
 def test_a_slope_that_never_settles_fails_the_side(
     quiet_gpu: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -151,6 +151,22 @@ def test_the_device_command_runs_sdpa_through_a_sandboxed_worker_on_the_cpu(
     assert "sandbox probe: ok" in done.stdout and "sdpa-math: rc 0" in done.stdout
 
 
+def test_a_run_cut_by_the_deadline_leaves_its_suite_logs_tail(tmp_path: Path) -> None:
+    """FlashInfer 0.5.3 in the sandbox (H200, 2026-12-04): 287 s, no case, no log back."""
+    data = tmp_path / "data"
+    suite = data / "work" / "run-1" / "suite"
+    suite.mkdir(parents=True)
+    (suite / "runner-0.log").write_text("x" * 1000 + "\ncompiling batch_decode\n")
+    (data / "work" / "run-2").mkdir()  # queued: no suite folder yet
+    found = service.live_suite_logs(data, tmp_path / "live", limit=100)
+    assert found == {"run-1-runner-0.log": "compiling batch_decode"}
+    kept = (tmp_path / "live" / "run-1-runner-0.log").read_bytes()
+    assert len(kept) == 100 and kept.endswith(b"compiling batch_decode\n")
+    lines = service.table({"live_logs": found})
+    assert "still running at the end: run-1-runner-0.log: compiling batch_decode" in lines
+    assert service.live_suite_logs(tmp_path / "nothing", tmp_path / "live2") == {}
+
+
 def test_run_arguments_parse() -> None:
     p = argparse.ArgumentParser()
     service.add_arguments(p)
