@@ -151,6 +151,8 @@ def execute(
                 case_timeout_s=_case_timeout(run_options, settings),
                 suite_timeout_s=settings.suite_timeout_s,
                 extra_args=_runner_args(run_options, note),
+                # the commit's own JIT builds; a paired run drops it (_paired_request)
+                jit_cache=venvs.jit_home(settings.data_dir / "venvs", env.key),
             )
             # a run that picks its own kernels is not judged by the file's pick; one that
             # narrows by its own --case may leave a file's kernel without a case
@@ -321,6 +323,9 @@ def _paired_request(
     # a feature flag) belongs to one side, or two recipes that differ in it compare A/A
     req.env = clean_env()
     req.readonly = (str(base.path), str(candidate.path))  # both sides' envs, read-only
+    # the two sides share one sandbox: a JIT cache kept for either commit would let the
+    # candidate's code write builds the baseline's later runs load. Fresh homes only
+    req.jit_cache = None
     req.extra_args = [
         "--baseline-path",
         os.pathsep.join(base.pythonpath),
@@ -383,6 +388,7 @@ def _prepare_version(
         case_timeout_s=_case_timeout(options, settings),
         suite_timeout_s=settings.suite_timeout_s,
         extra_args=list(options.bench_args),
+        jit_cache=cache.jit_home(env.key),
     )
 
 

@@ -273,11 +273,19 @@ class Sandbox:
         scratch: Path,
         writable: Sequence[Path] = (),
         readonly: Sequence[Path] = (),
+        cache: Path | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """(argv, env) that run ``argv`` confined; in ``none`` mode only the env changes.
 
         ``env`` should come from ``clean_env``; ``HOME`` and ``TMPDIR`` point into
         ``scratch`` and caches that would outlive the run (Triton's) move there too.
+
+        ``cache``: a directory kept across runs of the same code (``venvs.jit_home``),
+        seen as ``$HOME/.cache`` with Triton's cache in it. JIT libraries build there
+        (FlashInfer under ``~/.cache/flashinfer``, torch extensions under
+        ``~/.cache/torch_extensions``), so a version compiles its modules once per
+        worker, not once per run. Only the environment's own runs get it: whatever the
+        code writes there, only that same code reads again.
 
         ``env`` reaches ``argv`` only, never a process of the worker's privilege: bwrap
         is started with ``LAUNCH_ENV``, and so is the set-up inside the sandbox (a root
@@ -288,8 +296,16 @@ class Sandbox:
         inner = dict(env)
         home = "/tmp/home" if self.confined else str(scratch / "home")
         tmp = "/tmp" if self.confined else str(scratch)
-        inner.update(HOME=home, TMPDIR=tmp, TRITON_CACHE_DIR=f"{home}/.triton")
+        triton = f"{home}/.cache/triton" if cache is not None else f"{home}/.triton"
+        inner.update(HOME=home, TMPDIR=tmp, TRITON_CACHE_DIR=triton)
         inner.update(PIP_CONFIG_FILE=os.devnull, GIT_CONFIG_NOSYSTEM="1", PYTHONNOUSERSITE="1")
+        if cache is not None:
+            # the mount point (bwrap) or the link (none mode) in the fresh home
+            mount = scratch / "home" / ".cache"
+            if self.confined:
+                mount.mkdir(exist_ok=True)
+            else:
+                mount.symlink_to(cache, target_is_directory=True)
         if not self.confined:
             return list(argv), inner
         user = SANDBOX_USER if self.uid is not None else inner.get("USER", "sandbox")
@@ -320,6 +336,8 @@ class Sandbox:
             out += _bind("--ro-bind", Path(path), bound, made, skip_covered=True)
         for path in writable:
             out += _bind("--bind", Path(path), bound, made, skip_covered=False)
+        if cache is not None:
+            out += ["--bind", str(cache), f"{home}/.cache"]
         out += ["--chdir", str(cwd), "--clearenv", "--setenv", "PATH", LAUNCH_ENV["PATH"]]
         out.append("--")
         out += _shm_forced(strict=self.uid is not None)
@@ -327,7 +345,7 @@ class Sandbox:
         if self.uid is not None and self.gid is not None:
             out += _drop_to(self.uid, self.gid)
             nproc *= SHARED_USER_SANDBOXES  # one user for every sandbox of the host
-        disk = self.limits.disk_for([*writable, scratch])
+        disk = self.limits.disk_for([*writable, scratch, *([cache] if cache else [])])
         out += ["prlimit", f"--nproc={nproc}:{nproc}", f"--fsize={disk}:{disk}", "--"]
         out += ["env", "-i", "--", *(f"{k}={v}" for k, v in sorted(inner.items())), *argv]
         # bwrap (and its init, PID 1 inside) keep the environment they were started with

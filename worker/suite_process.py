@@ -57,6 +57,9 @@ class SuiteRequest:
     # environments the runner reads (bound read-only in the sandbox besides pythonpath)
     readonly: tuple[str, ...] = ()
     sandbox: Sandbox | None = None  # None: Sandbox.from_env()
+    # the environment's JIT cache (``venvs.jit_home``), ``$HOME/.cache`` in the sandbox;
+    # None: a fresh home only. Never one a paired run's two sides would share
+    jit_cache: Path | None = None
 
 
 @dataclass
@@ -139,10 +142,19 @@ def _one_pass(
     box = req.sandbox or Sandbox.from_env()
     box.check()
     box.owner([req.workdir], within=req.workdir.parent)
+    cache = req.jit_cache
+    if cache is not None:
+        box.owner([cache], within=cache.parent)
     scratch = box.scratch(req.workdir.parent)
     readonly = [Path(p) for p in (*req.readonly, *req.pythonpath) if p]
     argv, env = box.wrap(
-        argv, cwd=req.workdir, env=env, scratch=scratch, writable=[req.workdir], readonly=readonly
+        argv,
+        cwd=req.workdir,
+        env=env,
+        scratch=scratch,
+        writable=[req.workdir],
+        readonly=readonly,
+        cache=cache,
     )
     marker: list[tuple[str, str, str]] = []
 
@@ -163,7 +175,7 @@ def _one_pass(
             env=env,
             log_path=log_path,
             log_cap=box.log_cap_bytes,
-            guard=box.guard([req.workdir, scratch]),
+            guard=box.guard([req.workdir, scratch, *([cache] if cache else [])]),
             watch=CASE_MARKER + " ",
             on_line=on_marker,
             signal_codes=box.confined,

@@ -331,6 +331,10 @@ class EnvCache:
         with _locked(self._lock(key), fcntl.LOCK_SH):
             yield
 
+    def jit_home(self, key: str) -> Path:
+        """The JIT cache of entry ``key`` (``jit_home``): kept beside it, evicted with it."""
+        return jit_home(self.root, key)
+
     def entries(self) -> list[dict[str, Any]]:
         """Every complete entry's marker, with its last use (for ``kernelwatch doctor``)."""
         out = []
@@ -346,7 +350,8 @@ class EnvCache:
         removed: list[str] = []
         with _locked(self.root / "locks" / "cache.lock", fcntl.LOCK_EX):
             dirs = [d for d in (self.root / "entries").iterdir() if d.is_dir()]
-            sizes = {d: _entry_size(d) for d in dirs}
+            jit = self.root / JIT_DIR
+            sizes = {d: _entry_size(d) + _loose_size(jit / d.name) for d in dirs}
             total = sum(sizes.values())
             for d in sorted(dirs, key=_last_used):
                 if total <= self.max_bytes:
@@ -357,6 +362,7 @@ class EnvCache:
                     if not got:
                         continue  # in use or being built
                     shutil.rmtree(d, ignore_errors=True)
+                    shutil.rmtree(jit / d.name, ignore_errors=True)
                     (self.root / "logs" / f"{d.name}.log").unlink(missing_ok=True)
                 total -= sizes[d]
                 removed.append(d.name)
@@ -710,6 +716,38 @@ _COMPILE = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2,
 
 def _compile_argv(python: str, dest: Path) -> list[str]:
     return [python, "-I", "-c", _COMPILE, str(dest)]
+
+
+# beside ``entries/``: what each environment's runs compiled at run time
+JIT_DIR = "jit"
+
+
+def jit_home(root: Path, key: str) -> Path:
+    """The directory the runs of environment ``key`` keep their JIT builds in.
+
+    A sandboxed run starts with a fresh ``$HOME`` (worker/sandbox.py), and JIT
+    libraries cache their builds there: on the H200 (2026-12-04) FlashInfer 0.5.3's
+    decode suite finished no case in 287 s in the sandbox, compiling modules that take
+    71.5 s outside it, again on every run. This directory becomes ``$HOME/.cache`` for
+    the entry's own runs only (``SuiteRequest.jit_cache``): the entry's key names its
+    code (spec or commit, recipe, toolchain), so what a run leaves there is read again
+    only by the same code. It is not in the entry itself, whose content digest proves it
+    unchanged (``damaged``), and is evicted with it (``EnvCache.evict``).
+    """
+    path = root / JIT_DIR / key
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _loose_size(root: Path) -> int:
+    """Bytes of the files below ``root`` while runs may still write there (a JIT cache):
+    a file that went away between listing and reading counts nothing."""
+    total = 0
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                total += (Path(dirpath) / name).lstat().st_size
+    return total
 
 
 def _tree_size(root: Path) -> int:

@@ -138,6 +138,13 @@ for cid in ("c1", "c2", "c3"):
                 os.unlink(name)
                 os.mkfifo(name)
         os.mkfifo("planted.fifo")
+    elif act == "jit":  # a JIT library's first use: build into $HOME/.cache unless built
+        built = os.path.join(os.environ["HOME"], ".cache", "fakejit", "op.so")
+        print("JIT " + ("hit" if os.path.exists(built) else "miss"), flush=True)
+        os.makedirs(os.path.dirname(built), exist_ok=True)
+        open(built, "w").write(str(os.getpid()))
+        os.makedirs(os.environ["TRITON_CACHE_DIR"], exist_ok=True)
+        open(os.path.join(os.environ["TRITON_CACHE_DIR"], "k.cubin"), "w").close()
     elif act == "read":  # arg: paths separated by "|"; prints what each gave
         seen = {}
         for path in arg.split("|"):
@@ -202,6 +209,33 @@ def test_the_suite_sees_no_secret_and_no_service(
     assert worker in ("FileNotFoundError", "PermissionError") or SECRET not in worker
     assert all(SECRET not in text for _, text in spy["environ"])
     assert spy["port6379"] != "connected" and spy["port5432"] != "connected"
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_an_environments_jit_builds_outlive_its_run_and_no_other_sees_them(
+    tmp_path: Path, mode: str
+) -> None:
+    """FlashInfer in the sandbox on the H200 (2026-12-04): a fresh $HOME per run, so every
+    run compiled every module again (no case in 287 s). The environment's own JIT cache
+    is its runs' ``$HOME/.cache``; a run of other code, or one without it, starts cold."""
+    box = _box() if mode == "bwrap" else Sandbox.from_env({"KW_SANDBOX": "none"})
+    cache, other = tmp_path / "venvs" / "jit" / "lib-1", tmp_path / "venvs" / "jit" / "lib-2"
+    cache.mkdir(parents=True)
+    other.mkdir(parents=True)
+
+    def jit(run: str, jit_cache: Path | None) -> str:
+        req = _request(tmp_path / run, ["c1=jit"], box)
+        req.jit_cache = jit_cache
+        outcome = run_suite(req)
+        assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+        return outcome.log.split("JIT ", 1)[1].split()[0]
+
+    assert jit("first", cache) == "miss"
+    assert jit("second", cache) == "hit"  # the same environment: built once
+    assert (cache / "fakejit" / "op.so").is_file() and (cache / "triton" / "k.cubin").is_file()
+    assert jit("other", other) == "miss"  # another environment's cache is not this one
+    assert jit("fresh", None) == "miss"  # a paired run's fresh home
+    assert sorted(p.name for p in (tmp_path / "venvs" / "jit").iterdir()) == ["lib-1", "lib-2"]
 
 
 def test_a_setsid_child_does_not_outlive_the_run(tmp_path: Path) -> None:

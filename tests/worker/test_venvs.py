@@ -89,11 +89,13 @@ def test_least_recently_used_entries_are_evicted(tmp_path: Path, house: Path) ->
     cache = EnvCache(tmp_path / "envs", TOOLCHAIN, max_bytes=int(2.5 * one_size))
     v1 = cache.version_env(parse_version_spec("kwtiny==1.0"), find_links=str(house))
     v2 = cache.version_env(parse_version_spec("kwtiny==2.0"), find_links=str(house))
+    (cache.jit_home(v2.key) / "op.so").write_bytes(b"\0" * 100)  # what 2.0's runs compiled
     assert cache.version_env(parse_version_spec("kwtiny==1.0"), find_links=str(house)).cached
     v3 = cache.version_env(parse_version_spec("kwtiny==3.0"), find_links=str(house))
     keys = {e["key"] for e in cache.entries()}
     assert keys == {v1.key, v3.key}  # 2.0 was the least recently used
     assert not v2.path.exists()
+    assert not (tmp_path / "envs" / "jit" / v2.key).exists()  # its JIT builds went with it
     # an entry in use is never evicted, even when it is the oldest
     tight = EnvCache(tmp_path / "envs", TOOLCHAIN, max_bytes=1)
     with tight.hold(v1.key):

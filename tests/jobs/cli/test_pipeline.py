@@ -254,6 +254,10 @@ def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -
     assert res["softmax"].status == "fail" and res["softmax"].verdict == "broken"
     assert res["softmax"].record["library"] == {"name": "kwlib", "version": "0.2"}
     assert res["matmul"].status == "pass"
+    # each version's runs keep their JIT builds beside its environment (venvs.jit_home)
+    venvs = env.settings.data_dir / "venvs"
+    entries = {d.name for d in (venvs / "entries").iterdir() if d.is_dir()}
+    assert entries and entries <= {d.name for d in (venvs / "jit").iterdir()}
 
 
 def test_a_version_that_does_not_exist_fails_with_pips_reason(env: Env, tmp_path: Path) -> None:
