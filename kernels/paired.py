@@ -465,6 +465,9 @@ class PairedResult:
     respawns: int = 0  # of the set-ups again, those in a new process (``respawn``)
     excluded_pairs: list[int] = field(default_factory=list)
     sick: list[str] = field(default_factory=list)
+    # a side off in a screen round that was not off in the round before: the time moves
+    # within processes, so new set-ups will not steady it (``_Screen.drifted``)
+    screen_drifted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -707,6 +710,7 @@ def compare(
         respawns=screen.respawns,
         excluded_pairs=sorted(screen.excluded),
         sick=screen.sick,
+        screen_drifted=screen.drifted,
     )
 
 
@@ -755,6 +759,10 @@ class _Screen:
         self.excluded: set[int] = set()
         self.sick: list[str] = []
         self.unsteady = False  # more than half the pairs off after the last round
+        # a side that was not off in one round is off in the next: on the H200
+        # (2026-12-03) SDPA's varlen MHA prefill went A1 A2 A5 A6 off, then A0 A6 A7, in
+        # each of 3 attempts (67.7 GPU-s); a GQA decode burst only shrank (11, 9, 6 off)
+        self.drifted = False
 
     def _warm(self, i: int) -> tuple[float, float]:
         """One unrecorded group A B B A on pair i; each side's median block."""
@@ -803,9 +811,13 @@ class _Screen:
             la, lb = self._warm(i)
             self.level["A"].append(la)
             self.level["B"].append(lb)
+        before: set[tuple[str, int]] | None = None
         for rnd in range(self.cfg.screen_retries + 1):
             dev = self.deviations()
             off = self.off(dev)
+            if before is not None and set(off) - before:
+                self.drifted = True
+            before = set(off)
             self.rows += [
                 {"round": rnd, "side": self.sides[role][i].name, "deviation": round(d, 5),
                  "off": (role, i) in off}

@@ -199,6 +199,7 @@ def test_a_screen_that_cannot_leave_its_off_pairs_out_times_nothing(tmp_path: Pa
         assert math.isnan(result.ratio) and result.excluded_pairs == []
         assert result.respawns >= 2, result.screen  # the screen tried new processes first
         assert max(r["round"] for r in result.screen) == PairedConfig.screen_retries
+        assert not result.screen_drifted  # the same sides off in every round
         assert outcome.section().excluded_effect is None
     finally:
         sides.close()
@@ -232,6 +233,65 @@ def test_an_unsteady_re_measure_keeps_the_groups_timed_before_it(
     assert 0.95 < result.ratio < 1.05 and result.ci_low < 1 < result.ci_high
     assert _candidate_timing(result) is not None
     assert _candidate_timing(attempt([], UNSTEADY)) is None
+
+
+class _LevelledSide:
+    """A side whose blocks read ``levels[name][round]``: the screen's view of a side,
+    without a process (``_Screen`` asks only for blocks)."""
+
+    def __init__(self, name: str, levels: dict[str, list[float]], rnd: list[int]) -> None:
+        self.name, self.levels, self.rnd = name, levels, rnd
+
+    def ask(self, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        row = self.levels.get(self.name, [1.0])
+        return {"values": [row[min(self.rnd[0], len(row) - 1)]] * 3}
+
+
+@pytest.mark.parametrize(
+    ("levels", "drifted"),
+    [
+        # A2 A3 off, set up again and now fast: the quartile moves, A0 A1 off (varlen MHA)
+        ({"A2": [1.5, 0.8], "A3": [1.5, 0.8]}, True),
+        # a burst that only shrinks: 3 off, then 1 (a GQA decode attempt)
+        ({"A1": [1.5, 1.0], "A2": [1.5, 1.0], "A3": [1.5, 1.5]}, False),
+    ],
+)
+def test_the_screen_tells_time_that_moves_from_sides_that_stay_slow(
+    levels: dict[str, list[float]], drifted: bool
+) -> None:
+    rnd = [0]
+
+    def again(batch: list[tuple[str, int, bool]]) -> None:
+        rnd[0] += 1
+
+    a = [_LevelledSide(f"A{i}", levels, rnd) for i in range(4)]
+    b = [_LevelledSide(f"B{i}", levels, rnd) for i in range(4)]
+    screen = _Screen(cast(Any, a), cast(Any, b), 6, PairedConfig())
+    screen.run(again)
+    assert screen.drifted is drifted, screen.rows
+
+
+def test_an_unsteady_attempt_whose_time_moves_ends_the_stage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # SDPA's varlen MHA on the H200: three unsteady attempts, 67.7 GPU-s, each with its
+    # off sides moving between rounds. Such an attempt ends the stage; one whose off
+    # sides only shrank (a burst) gets the next attempt's new set-ups
+    def unsteady(drifted: bool) -> PairedResult:
+        return PairedResult(
+            ratio=math.nan, ci_low=math.nan, ci_high=math.nan, groups=0,
+            verdict=CaseVerdict.INCONCLUSIVE, stop_reason=UNSTEADY, seconds=0.1,
+            a_median=math.nan, b_median=math.nan, screen_drifted=drifted,
+        )  # fmt: skip
+
+    pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
+                           replace=lambda names: None, respawn=None)  # fmt: skip
+    for drifted, attempts in ((True, 1), (False, 3)):
+        scripted = functools.partial(lambda d, *a, **k: unsteady(d), drifted)
+        monkeypatch.setattr(paired_stages, "compare", scripted)
+        outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 2, False, 7)
+        assert outcome.attempts == attempts and outcome.timing == CaseVerdict.INCONCLUSIVE
+        assert outcome.result.stop_reason == UNSTEADY
 
 
 def test_an_unsteady_case_is_recorded_neutral_and_the_next_case_measured(
