@@ -43,9 +43,6 @@ from kernelwatch.kernels.record import PairedSection
 from kernelwatch.kernels.verdict import CaseVerdict
 
 ROOT = Path(__file__).resolve().parents[2]
-# every test here starts side processes (3-8 pairs, new ones in the screens): with the
-# other process-heavy files, in the half of make test that runs them one at a time
-pytestmark = pytest.mark.crowd
 
 
 def _screen(levels_a: list[float], levels_b: list[float], tol: float = 0.05) -> _Screen:
