@@ -151,8 +151,6 @@ def execute(
                 case_timeout_s=_case_timeout(run_options, settings),
                 suite_timeout_s=settings.suite_timeout_s,
                 extra_args=_runner_args(run_options, note),
-                # the commit's own JIT builds; a paired run drops it (_paired_request)
-                jit_cache=venvs.jit_home(settings.data_dir / "venvs", env.key),
             )
             # a run that picks its own kernels is not judged by the file's pick; one that
             # narrows by its own --case may leave a file's kernel without a case
@@ -162,6 +160,8 @@ def execute(
                 req = _paired_request(
                     factory, settings, run_id, mirror, baseline_sha, env, req, run_options, trigger
                 )
+            else:  # the commit's own JIT builds (a paired run's sides share one box: none)
+                req.jit_cache = venvs.jit_home(settings.data_dir / "venvs", env.key)
         already = _stored(factory, run_id)
         req.extra_args += [a for cid in sorted(already) for a in ("--skip-case", cid)]
         patience = fleet.db_patience_s
@@ -323,9 +323,8 @@ def _paired_request(
     # a feature flag) belongs to one side, or two recipes that differ in it compare A/A
     req.env = clean_env()
     req.readonly = (str(base.path), str(candidate.path))  # both sides' envs, read-only
-    # the two sides share one sandbox: a JIT cache kept for either commit would let the
-    # candidate's code write builds the baseline's later runs load. Fresh homes only
-    req.jit_cache = None
+    # no ``jit_cache``: the two sides share one sandbox, so a JIT cache kept for either
+    # commit would let the candidate's code write builds the baseline's later runs load
     req.extra_args = [
         "--baseline-path",
         os.pathsep.join(base.pythonpath),

@@ -528,20 +528,19 @@ def live_suite_logs(data_dir: Path, dest: Path, limit: int = LIVE_LOG_BYTES) -> 
     time went. Each log's tail (``limit`` bytes) travels in ``logs.tgz``; the result maps
     each to its last line.
     """
+    # the worker's reader: the code under test writes that folder, and a log it swapped
+    # for a link to a host file or a FIFO is read as nothing (imported here: the driver
+    # starts on a host where kernelwatch is not yet importable)
+    from kernelwatch.worker.process import read_tail
+
     found: dict[str, str] = {}
     for log in sorted(data_dir.glob("work/run-*/suite/runner-*.log")):
         name = "-".join(log.relative_to(data_dir / "work").parts).replace("-suite-", "-")
-        try:
-            with open(log, "rb") as f:
-                f.seek(max(0, log.stat().st_size - limit))
-                tail = f.read()
-        except OSError as exc:
-            found[name] = f"unreadable: {exc}"
-            continue
+        tail = read_tail(log, limit)
         dest.mkdir(parents=True, exist_ok=True)
-        (dest / name).write_bytes(tail)
-        lines = tail.decode("utf-8", "replace").strip().splitlines()
-        found[name] = lines[-1][:300] if lines else "(empty)"
+        (dest / name).write_text(tail, encoding="utf-8")
+        lines = tail.strip().splitlines()
+        found[name] = lines[-1][:300] if lines else "(empty or unreadable)"
     return found
 
 

@@ -158,8 +158,16 @@ def test_a_run_cut_by_the_deadline_leaves_its_suite_logs_tail(tmp_path: Path) ->
     suite.mkdir(parents=True)
     (suite / "runner-0.log").write_text("x" * 1000 + "\ncompiling batch_decode\n")
     (data / "work" / "run-2").mkdir()  # queued: no suite folder yet
+    planted = data / "work" / "run-3" / "suite"
+    planted.mkdir(parents=True)
+    (planted / "runner-0.log").symlink_to(tmp_path / "host-secret")  # the code's swap
+    (tmp_path / "host-secret").write_text("token\n")
     found = service.live_suite_logs(data, tmp_path / "live", limit=100)
-    assert found == {"run-1-runner-0.log": "compiling batch_decode"}
+    assert found == {
+        "run-1-runner-0.log": "compiling batch_decode",
+        "run-3-runner-0.log": "(empty or unreadable)",
+    }
+    assert "token" not in (tmp_path / "live" / "run-3-runner-0.log").read_text()
     kept = (tmp_path / "live" / "run-1-runner-0.log").read_bytes()
     assert len(kept) == 100 and kept.endswith(b"compiling batch_decode\n")
     lines = service.table({"live_logs": found})
