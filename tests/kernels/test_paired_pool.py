@@ -370,6 +370,7 @@ def test_a_case_too_large_for_every_side_runs_with_half_the_pairs(tmp_path: Path
 
 
 FAKEJIT = """
+import os
 import pathlib
 
 VERSION = "1.0"  # both commits of the release carry it
@@ -379,9 +380,11 @@ WORK = {work}  # what this commit's kernel costs
 def op():
     # built on first use into $HOME, keyed by the version only (FlashInfer's layout)
     built = pathlib.Path.home() / ".cache" / "fakejit" / VERSION / "op.so"
-    if not built.exists():
+    if not built.exists():  # built whole, then moved in: the role's other sides share it
         built.parent.mkdir(parents=True, exist_ok=True)
-        built.write_text(str(WORK))
+        part = built.with_name(f"op.so.{{os.getpid()}}")
+        part.write_text(str(WORK))
+        os.replace(part, built)
     return int(built.read_text())
 """
 
