@@ -70,8 +70,10 @@ def sizing_time(t_call: float, base_s: float) -> tuple[float, str]:
     launches); the gate's timer replays a CUDA graph over rotating input copies. On
     the H200 (2026-12-03) they timed a 12 us GEMM at 14.2 and 16.0 us, so a "+1 %"
     sized on the first was +0.89 % of what the comparison measured, and 3 of 20
-    trials missed it. The baseline's own time in the suite's timer (``BASE_S``), where
-    it was measured, is what "+1 %" means to the gate.
+    trials missed it. The baseline's own time in the suite's timer (``BASE_S``, one
+    runner process), where it was measured, is nearer what "+1 %" means to the gate,
+    not equal to it: for the same GEMM it read 16.73 us where the comparison's baseline
+    median was 15.98 (H200, 2026-12-04; docs/measurement.md §14b).
     """
     if base_s > 0 and math.isfinite(base_s):
         return base_s, "suite timer"
