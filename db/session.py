@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -30,9 +31,37 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
-@lru_cache(maxsize=8)
+ENGINE_CACHE_SIZE = 8
+"""Engines kept per process; one URL is the rule, a few where a process is pointed elsewhere."""
+
+_engines: OrderedDict[str, Engine] = OrderedDict()
+_engines_lock = threading.Lock()
+
+
 def engine_for(url: str) -> Engine:
-    return make_engine(url)
+    """The process's engine for `url`, least recently used out first.
+
+    An engine pushed out is disposed at once: left to the garbage collector, its pooled
+    connections stay open on the server until a collection finds them, and psycopg then
+    warns from whatever code happens to run (a functools cache would drop it so)."""
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is not None:
+            _engines.move_to_end(url)
+            return engine
+        engine = _engines[url] = make_engine(url)
+        evicted = _engines.popitem(last=False)[1] if len(_engines) > ENGINE_CACHE_SIZE else None
+    if evicted is not None:
+        evicted.dispose()
+    return engine
+
+
+def forget_engine(url: str) -> None:
+    """Dispose of and drop the cached engine for `url`, if any (a database about to go)."""
+    with _engines_lock:
+        engine = _engines.pop(url, None)
+    if engine is not None:
+        engine.dispose()
 
 
 def default_engine() -> Engine:

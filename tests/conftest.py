@@ -80,6 +80,9 @@ def create_pg_database(prefix: str = "kw_test") -> str:
 def drop_pg_database(url: str) -> None:
     from sqlalchemy import create_engine, text
 
+    from kernelwatch.db.session import forget_engine
+
+    forget_engine(url)  # its pooled connections close now, not at a later test's collection
     name = url.rsplit("/", 1)[1]
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -94,9 +97,6 @@ def pg_url() -> Iterator[str]:
 
     upgrade(url)
     yield url
-    from kernelwatch.db.session import engine_for
-
-    engine_for(url).dispose()
     drop_pg_database(url)
 
 

@@ -194,3 +194,51 @@ def test_a_taken_repository_name_gets_the_same_suffix_in_every_process(
     other = get_or_create_repository(session, "lib", "/tmp/x/lib")
     assert other.name == f"lib-{source_suffix('/tmp/x/lib')}"
     assert get_or_create_repository(session, "lib", "/tmp/x/lib") is other
+
+
+@pytest.mark.postgres
+def test_an_engine_pushed_out_of_the_cache_closes_its_connections() -> None:
+    """A process that talks to more databases than the cache holds (a test session, a
+    dashboard switched between deployments) must not leave the evicted engines' pooled
+    connections open until the garbage collector finds them: psycopg warns then, and the
+    server keeps those backends the while."""
+    import gc
+    import warnings
+
+    from sqlalchemy import create_engine, text
+
+    from kernelwatch.db.session import ENGINE_CACHE_SIZE, forget_engine
+    from tests.conftest import PG_ADMIN_URL, create_pg_database, drop_pg_database
+
+    def _backends_on(url: str) -> int:
+        admin = create_engine(PG_ADMIN_URL)
+        try:
+            with admin.connect() as conn:
+                return int(
+                    conn.execute(
+                        text("select count(*) from pg_stat_activity where datname = :name"),
+                        {"name": url.rsplit("/", 1)[1]},
+                    ).scalar_one()
+                )
+        finally:
+            admin.dispose()
+
+    urls = [create_pg_database("kw_evict") for _ in range(ENGINE_CACHE_SIZE + 1)]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first = engine_for(urls[0])
+            for url in urls:
+                with engine_for(url).connect() as conn:
+                    assert conn.execute(text("select 1")).scalar() == 1
+            assert _backends_on(urls[0]) == 0, "the evicted engine's connection is still open"
+            assert _backends_on(urls[-1]) == 1, "a cached engine keeps its pooled connection"
+            assert engine_for(urls[0]) is not first, "the oldest engine was not evicted"
+            del first
+            gc.collect()
+        leaked = [w for w in caught if issubclass(w.category, ResourceWarning)]
+        assert not leaked, [str(w.message) for w in leaked]
+    finally:
+        for url in urls:
+            forget_engine(url)
+            drop_pg_database(url)
