@@ -14,7 +14,9 @@ Which side is which comes from a module on the side's ``PYTHONPATH``, as two
 library versions differ by their path: ``kwinject_conf`` with ``IMPL`` (the
 wrapped module, e.g. ``kernelwatch.kernels.adapters.gemm``), ``PCT`` (0 on the
 baseline) and ``LOG`` (a JSON-lines file each calibration is appended to, so the
-benchmark can state the injected size it asked for). ``write_conf`` makes one.
+benchmark can state the injected size it asked for), ``BASE_S`` and
+``EXTRA_ITERS`` (where the driver measured what the injection is a percentage of, and
+what its size is in the gate's own comparison). ``write_conf`` makes one.
 
 Not part of the installed package: side processes import it from the repository
 root, as they import ``benchmarks.benchcases``.
@@ -49,18 +51,58 @@ _head = [20 * BASE_ITERS]
 MAX_HEAD_ITERS = 50_000_000
 
 
-def write_conf(folder: Path, impl: str, pct: float, log: Path, base_s: float = 0.0) -> Path:
+def write_conf(
+    folder: Path, impl: str, pct: float, log: Path, base_s: float = 0.0, extra_iters: int = 0
+) -> Path:
     """A side's configuration module in ``folder`` (put it first on that side's path).
 
     ``base_s``: one call's time as the gate's own timer measured the baseline
     (``BASE_S``; 0 when not measured), the time the injection is a percentage of.
+    ``extra_iters``: the injection's size as the gate's own comparison measured it
+    (``EXTRA_ITERS``, ``comparison_sized_extra``; 0: sized by the spin's slope).
     """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{CONF}.py").write_text(
-        f"IMPL = {impl!r}\nPCT = {float(pct)!r}\nLOG = {str(log)!r}\nBASE_S = {float(base_s)!r}\n",
+        f"IMPL = {impl!r}\nPCT = {float(pct)!r}\nLOG = {str(log)!r}\n"
+        f"BASE_S = {float(base_s)!r}\nEXTRA_ITERS = {int(extra_iters)!r}\n",
         encoding="utf-8",
     )
     return folder
+
+
+# a probe's measured added time may lie this far (as a factor) from what its slope-sized
+# spin should add and still be read as the spin's cost in the comparison; further off it
+# is a comparison gone wrong (an inconclusive case, a failed side), not a spin's cost
+PROBE_PLAUSIBLE = (0.5, 2.0)
+
+
+def comparison_sized_extra(
+    pct: float, probe_pct: float, probe_extra: int, probe_ratio: float | None
+) -> tuple[int, str]:
+    """The extra spin iterations worth ``pct`` % in the gate's own comparison, or 0, and why.
+
+    A probe comparison (baseline against the same library with ``probe_extra``
+    iterations, sized by the slope to ``probe_pct`` %) measured the ratio
+    ``probe_ratio``: its excess over 1 is what those iterations cost where the gate
+    times them, so ``pct`` % is the same spin scaled by ``pct / (100 (ratio - 1))``.
+    On the H200 (2026-12-04) a slope-sized "+1 %" on a 16 us GEMM measured +1.37 %: the
+    suite's timer read the baseline 4.7 % slower than the comparison, and there the spin
+    cost 219 ns where its slope said 167. A ratio outside ``PROBE_PLAUSIBLE`` of the
+    probe's own nominal size is no such reading: 0, sized by the slope as before.
+    """
+    if probe_extra <= 0:
+        return 0, "the probe side logged no injection: sized by the slope"
+    if probe_ratio is None or not math.isfinite(probe_ratio):
+        return 0, "the probe comparison measured no ratio: sized by the slope"
+    measured_pct = 100 * (probe_ratio - 1)
+    low, high = PROBE_PLAUSIBLE
+    if not low * probe_pct <= measured_pct <= high * probe_pct:
+        return 0, (
+            f"the probe measured {measured_pct:+.2f} % for a nominal +{probe_pct:g} %, "
+            "not the spin's cost: sized by the slope"
+        )
+    extra = max(1, round(probe_extra * pct / measured_pct))
+    return extra, f"probe: {probe_extra} iterations measured {measured_pct:+.2f} %"
 
 
 def sizing_time(t_call: float, base_s: float) -> tuple[float, str]:
@@ -173,7 +215,9 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
     time is the fastest round of the accepted attempt: timed blocks run one side at a
     time, so the uncontended time is the one measured. The injection is a percentage
     of the baseline's time in the suite's own timer where the conf carries it
-    (``sizing_time``), of that fastest round otherwise.
+    (``sizing_time``), of that fastest round otherwise; where the conf carries a size
+    measured in the gate's comparison (``EXTRA_ITERS``), that size is injected and the
+    slope still measured and logged, so the log's nominal % shows what the slope says.
     """
     log_path = str(getattr(_conf(), "LOG", "") or "")
     key = repr(_shape(args))
@@ -213,6 +257,9 @@ def _calibrate(kernel: str, fn: Callable[..., Any], args: tuple[Any, ...], pct: 
         t_call = min(base)
         t_ref, sized_on = sizing_time(t_call, float(getattr(_conf(), "BASE_S", 0.0) or 0.0))
         extra = max(0, round(pct / 100 * t_ref / slope))
+        fixed = int(getattr(_conf(), "EXTRA_ITERS", 0) or 0)
+        if fixed > 0:  # sized in the gate's own comparison (comparison_sized_extra)
+            extra, sized_on = fixed, "comparison"
         _log(log_path, {"pid": os.getpid(), "kernel": kernel, "key": key, "pct": pct,
                         "t_call_s": t_call, "sized_on_s": t_ref, "sized_on": sized_on,
                         "spin_s_per_iter": slope, "spread": spread,

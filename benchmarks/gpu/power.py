@@ -12,6 +12,13 @@ verdicts, the mean measured ratio and its SD over trials, the injected size the
 sides calibrated (nominal %), and GPU wall seconds per trial. ``--pct 0`` is an
 A/A of the same targets through the same wrapper.
 
+The size is measured where the gate measures (``--size-on comparison``, the
+default): one probe comparison at ``--probe-pct`` reads what the spin costs in the
+comparison's own timer and pairing, and the trials inject that cost scaled to
+``--pct`` (``inject.comparison_sized_extra``). Sized by the spin's slope alone, a
+"+1 %" on the 16 us GEMM measured +1.37 % (H200, 2026-12-04): a detection of more
+than was claimed. The measured ratio column stays the check of what was injected.
+
     python -m benchmarks.gpu inject --flashinfer 0.5.3 --trials 20 --pct 1 -- --pairs 8
 """
 
@@ -82,6 +89,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flashinfer", metavar="VERSION", help="carried FlashInfer for decode")
     p.add_argument("--liger", type=Path, default=host.SOURCES / "liger" / "src")
     p.add_argument("--target-timeout", type=float, default=300, help="seconds per target")
+    p.add_argument(
+        "--size-on",
+        choices=("comparison", "timer"),
+        default="comparison",
+        help="size the injection by a probe comparison (the gate's own timer and "
+        "pairing: +x %% is what the gate measures) or by the spin's slope over the "
+        "baseline's time in the suite timer (before 2026-12-04)",
+    )
+    p.add_argument("--probe-pct", type=float, default=10.0, help="the probe's nominal %%")
     p.add_argument("bench_args", nargs="*", help="after --: more bench-paired options")
 
 
@@ -210,6 +226,54 @@ def _calibrate_alone(
     return _bench_once(ctx, f"{label}-calibrate", t, path, budget_s)[0]
 
 
+def _paired_argv(t: Target, base: list[str], cand: list[str], repeat: int, out: Path) -> list[str]:
+    """``bench-paired`` of the target's case, baseline and candidate paths as given."""
+    argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite"]
+    argv += ["--baseline-path", ":".join(x for x in base if x)]
+    argv += ["--candidate-path", ":".join(x for x in cand if x)]
+    argv += ["--suite", t.suite, "--impl", "benchmarks.inject", "--backend", t.backend]
+    return [*argv, "--case", t.case, "--repeat", str(repeat), "--out", str(out)]
+
+
+def _probe_size(
+    ctx: host.Context,
+    label: str,
+    t: Target,
+    paths: tuple[str, str],
+    base_s: float,
+    args: argparse.Namespace,
+    extra: list[str],
+) -> dict[str, Any]:
+    """The injection's size measured in the gate's own comparison (``--size-on comparison``).
+
+    One comparison of the baseline against a probe side that injects ``--probe-pct``
+    (sized by the slope) reads what those iterations cost where the gate times them;
+    ``inject.comparison_sized_extra`` scales them to ``--pct``. The probe's verdict is
+    not a trial and is not counted; its record stays in the logs.
+    """
+    from benchmarks.inject import comparison_sized_extra, write_conf
+
+    base_conf, lib = paths
+    log = ctx.logs / f"{label}-probe-calibration.jsonl"
+    probe = write_conf(ctx.logs / f"{label}-conf-probe", t.impl, args.probe_pct, log, base_s)
+    _calibrate_alone(ctx, f"{label}-probe", t, [str(probe), lib], args.target_timeout)
+    out = ctx.logs / f"{label}-probe.jsonl"
+    argv = _paired_argv(t, [base_conf, lib], [str(probe), lib], 1, out)
+    step = ctx.run(f"{label}-probe", [*argv, *extra, "--size", "smoke" if ctx.cpu else "quick"],
+                   args.target_timeout / 3, reserve=5, watch=out)  # fmt: skip
+    paired = next(((r.get("paired") or {}) for r in host.read_jsonl(out)), {})
+    ratio = paired.get("ratio")
+    rows = [r for r in host.read_jsonl(log) if r.get("pct") and "reused" not in r]
+    probe_extra = int(rows[0]["extra_iters"]) if rows else 0
+    sized, why = comparison_sized_extra(
+        args.pct, args.probe_pct, probe_extra, float(ratio) if ratio is not None else None
+    )
+    return {"probe_pct": args.probe_pct, "probe_extra_iters": probe_extra,
+            "probe_ratio": ratio, "probe_ci": [paired.get("ci_low"), paired.get("ci_high")],
+            "probe_verdict": paired.get("verdict"), "probe_gpu_s": paired.get("gpu_s"),
+            "probe_wall_s": round(step.seconds, 1), "extra_iters": sized, "sized": why}  # fmt: skip
+
+
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from benchmarks.inject import write_conf
 
@@ -229,21 +293,21 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         log = ctx.logs / f"{label}-calibration.jsonl"
         base = write_conf(ctx.logs / f"{label}-conf-A", t.impl, 0.0, log)
         base_s = _baseline_time(ctx, label, t, [str(base), lib], args.target_timeout)
-        cand = write_conf(ctx.logs / f"{label}-conf-B", t.impl, args.pct, log, base_s)
+        sizing: dict[str, Any] = {"extra_iters": 0, "sized": "by the slope (--size-on timer)"}
+        if args.size_on == "comparison" and args.pct:
+            sizing = _probe_size(ctx, label, t, (str(base), lib), base_s, args, extra)
+        cand = write_conf(ctx.logs / f"{label}-conf-B", t.impl, args.pct, log, base_s,
+                          sizing["extra_iters"])  # fmt: skip
         _calibrate_alone(ctx, label, t, [str(cand), lib], args.target_timeout)
         out = ctx.logs / f"{label}.jsonl"
-        argv = [sys.executable, "-m", "kernelwatch.kernels.paired_suite"]
-        argv += ["--baseline-path", ":".join(x for x in (str(base), lib) if x)]
-        argv += ["--candidate-path", ":".join(x for x in (str(cand), lib) if x)]
-        argv += ["--suite", t.suite, "--impl", "benchmarks.inject", "--backend", t.backend]
-        argv += ["--case", t.case, "--repeat", str(trials), "--out", str(out)]
+        argv = _paired_argv(t, [str(base), lib], [str(cand), lib], trials, out)
         argv += ["--size", "smoke" if ctx.cpu else "quick"]
         step = ctx.run(label, [*argv, *extra], args.target_timeout, reserve=5, watch=out)
         summary = _summarise(host.read_jsonl(out), host.read_jsonl(log))
         results.append({"target": t.name, "case": t.case, "rc": step.rc,
                         "timed_out": step.timed_out, "skipped": step.skipped,
                         "wall_s": round(step.seconds, 1), "baseline_s_suite_timer": base_s,
-                        **summary})  # fmt: skip
+                        "sizing": sizing, **summary})  # fmt: skip
     table = [
         f"{'target':<36}{'trials':>7}{'flagged':>8}{'stage1':>7}{'ratio':>9}{'sd %':>7}"
         f"{'nominal %':>10}{'of base %':>10}{'s/trial':>8}  verdicts"
@@ -265,6 +329,7 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             + (" TIMED OUT" if r["timed_out"] else "")
             + (f" rc {r['rc']}" if r["rc"] not in (0, None) else "")
         )
+        table.append(f"{'':<4}sized: {r['sizing']['sized']}")
     return {"pct": args.pct, "trials": trials, "bench_args": extra, "targets": results}, table
 
 

@@ -318,3 +318,47 @@ def test_a_host_no_head_can_outlast_fails_the_side(monkeypatch: pytest.MonkeyPat
     with pytest.raises(inject.CalibrationError, match="outlast a spin"):
         inject._time_calls(lambda: None, (), inject.BASE_ITERS)
     assert max(gpu.heads) == inject.MAX_HEAD_ITERS
+
+
+def test_a_probe_comparison_sizes_the_injection_where_the_gate_times_it() -> None:
+    """H200, 2026-12-04: a slope-sized "+1 %" on a 16 us GEMM measured +1.37 %. A probe
+    of 480 iterations that the comparison measured at +13.7 % prices one iteration at
+    0.0285 %: +1 % is 35 of them."""
+    extra, why = inject.comparison_sized_extra(1.0, 10.0, 480, 1.137)
+    assert extra == round(480 / 13.7) and "+13.70 %" in why
+    # a probe that cost what its slope said scales to the slope's size
+    assert inject.comparison_sized_extra(1.0, 10.0, 500, 1.10)[0] == 50
+    # no ratio, no probe, or a ratio that is no spin's cost: the slope sizes it
+    for ratio, probe in ((None, 480), (float("nan"), 480), (1.137, 0), (1.0, 480), (1.6, 480)):
+        assert inject.comparison_sized_extra(1.0, 10.0, probe, ratio)[0] == 0, ratio
+    assert "not the spin's cost" in inject.comparison_sized_extra(1.0, 10.0, 480, 1.003)[1]
+
+
+def test_a_size_the_comparison_measured_is_injected_and_the_slope_still_logged(
+    quiet_gpu: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = types.SimpleNamespace(LOG=str(quiet_gpu), BASE_S=0.0, EXTRA_ITERS=35)
+    monkeypatch.setattr(inject, "_conf", lambda: conf)
+    _timer(monkeypatch, noisy_calls=0)
+    assert inject._calibrate("gemm", lambda: None, (), 1.0) == 35
+    (row,) = [json.loads(line) for line in quiet_gpu.read_text().splitlines()]
+    assert row["sized_on"] == "comparison" and row["extra_iters"] == 35
+    assert row["spin_s_per_iter"] == pytest.approx(SLOPE)
+    one_call = T_CALL + inject.BASE_ITERS * SLOPE
+    assert row["nominal_pct"] == pytest.approx(100 * 35 * SLOPE / one_call)
+    # every later side injects the logged size
+    assert inject._calibrate("gemm", lambda: None, (), 1.0) == 35
+
+
+def test_a_conf_without_a_measured_size_is_sized_by_the_slope(tmp_path: Path) -> None:
+    import importlib.util
+
+    for extra in (0, 35):
+        folder = inject.write_conf(tmp_path / f"B{extra}", "m", 1.0, tmp_path / "l.jsonl",
+                                   extra_iters=extra)  # fmt: skip
+        spec = importlib.util.spec_from_file_location("conf", folder / f"{inject.CONF}.py")
+        assert spec is not None and spec.loader is not None
+        conf = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(conf)
+        written = (conf.EXTRA_ITERS, conf.BASE_S)
+        assert written == (extra, 0.0)
