@@ -69,6 +69,7 @@ from kernelwatch.jobs.errors import ConfigError, InstallError
 from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
 from kernelwatch.jobs.library.repoconfig import FILE
+from kernelwatch.kernels.devclass import gpu_rows
 from kernelwatch.worker import stubs, submodules
 from kernelwatch.worker.process import open_regular, run_supervised
 from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
@@ -122,24 +123,18 @@ def probe_toolchain(python: str = sys.executable) -> Toolchain:
 
 
 def driver_version() -> str:
-    """The NVIDIA driver version, or ``none`` on a machine without one."""
+    """The NVIDIA driver version, or ``none`` on a machine without one.
+
+    The kernel module's own file first, then the shared GPU query (NVML where it
+    starts, ``nvidia-smi`` where it does not: ``kernels/devclass.gpu_rows``).
+    """
     proc_file = Path("/proc/driver/nvidia/version")
     if proc_file.exists():
         m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", proc_file.read_text())
         if m:
             return m.group(1)
-    if shutil.which("nvidia-smi"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout
-            if out.strip():
-                return out.strip().splitlines()[0]
-    return "none"
+    rows = gpu_rows(["driver_version"], timeout_s=30)
+    return next((row[0] for row in rows or [] if row and row[0]), "none")
 
 
 # --------------------------------------------------------------------------- entries

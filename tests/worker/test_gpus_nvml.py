@@ -117,3 +117,31 @@ def test_a_cpu_host_has_no_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert gpus.query() == [] and devclass.local_device_class() == "cpu"
+
+
+def test_the_environment_key_reads_the_driver_from_nvml_then_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver version is part of an environment's key (``venvs.Toolchain``): where the
+    kernel module's file is not readable (a container), NVML answers it, and nvidia-smi
+    only where NVML does not start."""
+    from kernelwatch.worker import venvs
+
+    smi = tmp_path / "nvidia-smi"  # answers the one field asked, as nvidia-smi does
+    smi.write_text('#!/bin/sh\n[ "$1" = --query-gpu=driver_version ] && echo 570.86.15\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(venvs, "Path", _NoProcFile)
+    monkeypatch.setitem(sys.modules, "pynvml", two_h200().module())
+    assert venvs.driver_version() == "580.159.04"
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed
+    assert venvs.driver_version() == "570.86.15"
+    monkeypatch.setenv("PATH", "/nonexistent")  # neither
+    assert venvs.driver_version() == "none"
+
+
+class _NoProcFile(type(Path())):  # type: ignore[misc]
+    """A Path under which /proc/driver/nvidia/version does not exist."""
+
+    def exists(self, *args: object, **kwargs: object) -> bool:
+        return False if str(self) == "/proc/driver/nvidia/version" else super().exists()
