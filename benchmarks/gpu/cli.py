@@ -8,8 +8,9 @@ after a sub-command's name, for that sub-command: ``paired --deadline-s 300 +
 suite-aa`` ends the paired trials by 300 s and the whole call by the global
 deadline (default 540 s, inside the device's 600 s). Each sub-command writes
 ``DIR/SUB.json``; logs of every step travel as one ``DIR/logs.tgz`` (a device call
-returns at most 8 files, so chain at most 7). The short table of every sub-command
-is printed last.
+returns at most 8 files, so chain at most 7). A later invocation into the same DIR
+writes ``SUB-run2.json`` and ``logs-run2.tgz`` (``invocation_tag``), never over the
+first's. The short table of every sub-command is printed last.
 """
 
 from __future__ import annotations
@@ -31,6 +32,22 @@ from typing import Any
 from benchmarks.gpu import host
 
 DEFAULT_DEADLINE_S = 540.0
+
+
+def invocation_tag(out: Path) -> str:
+    """ "" for the first driver invocation into ``out``, ``-run2``, ``-run3``... after it.
+
+    One device command may run the driver twice (``prelude ... ; python -m
+    benchmarks.gpu service ...``); the second used to write ``logs.tgz`` and
+    ``prelude.json`` over the first's, and on the H200 (2026-12-04) a FlashInfer run's
+    only log went so. Each invocation now names its files apart.
+    """
+    if not (out / "logs.tgz").exists():
+        return ""
+    n = 2
+    while (out / f"logs-run{n}.tgz").exists():
+        n += 1
+    return f"-run{n}"
 
 
 def commands() -> dict[str, ModuleType]:
@@ -150,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu = bool(first.cpu)
     end = t0 + float(first.deadline_s)
     out.mkdir(parents=True, exist_ok=True)
+    tag = invocation_tag(out)
     # logs are staged outside DIR and travel as one archive, rewritten after each
     # sub-command: a device call returns 8 files at most, and a killed call keeps
     # the logs of what finished
@@ -166,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for args in parsed:
         name = args.command
         seen[name] = seen.get(name, 0) + 1
-        label = name if seen[name] == 1 else f"{name}-{seen[name]}"
+        label = (name if seen[name] == 1 else f"{name}-{seen[name]}") + tag
         own = t0 + args.own_deadline_s if args.own_deadline_s is not None else end
         sub_logs = logs / label
         sub_logs.mkdir(exist_ok=True)
@@ -195,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["steps"] = [s.to_dict() for s in ctx.steps]
         (out / f"{label}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
         tables.append((f"{label} ({doc['seconds']:.0f} s, {doc['status']})", table))
-        _archive(logs, out / "logs.tgz")
+        _archive(logs, out / f"logs{tag}.tgz")
     shutil.rmtree(logs.parent, ignore_errors=True)
     for title, table in tables:
         print(f"\n== {title}")

@@ -76,6 +76,22 @@ def test_every_sub_command_writes_its_json_and_the_logs_travel_as_one_file(
     assert sum(_doc(out, n)["seconds"] for n in ("prelude", "paired", "suite-aa")) < wall
 
 
+def test_a_second_invocation_into_the_same_folder_keeps_the_firsts_files(
+    tmp_path: Path,
+) -> None:
+    """One device command that runs the driver twice (a prelude, then ``service``) lost the
+    first's ``logs.tgz`` to the second on the H200 (2026-12-04): each now names its own."""
+    for _ in range(2):
+        assert _driver(tmp_path, "prelude", timeout=120).returncode == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["logs-run2.tgz", "logs.tgz", "prelude-run2.json", "prelude.json"]
+    assert _doc(tmp_path, "prelude")["result"] != {}
+    assert json.loads((tmp_path / "prelude-run2.json").read_text())["command"] == "prelude"
+    for archive in ("logs.tgz", "logs-run2.tgz"):
+        with tarfile.open(tmp_path / archive) as tar:
+            assert any(n.startswith("logs/prelude") for n in tar.getnames()), archive
+
+
 def test_prelude_records_the_machine_and_that_there_is_no_gpu(
     chained: tuple[Path, str, float],
 ) -> None:
