@@ -35,7 +35,7 @@ DEFAULT_DEADLINE_S = 540.0
 
 
 def invocation_tag(out: Path) -> str:
-    """ "" for the first driver invocation into ``out``, ``-run2``, ``-run3``... after it.
+    """The empty string for the first driver invocation into ``out``; ``-run2``, ``-run3``... after.
 
     One device command may run the driver twice (``prelude ... ; python -m
     benchmarks.gpu service ...``); the second used to write ``logs.tgz`` and
