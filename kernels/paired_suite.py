@@ -382,6 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--case-timeout", type=float, default=300.0, help="seconds per set-up or block")
     p.add_argument("--library", default="{}", help="JSON of the candidate library")
     p.add_argument("--baseline-library", default="{}", help="JSON of the baseline library")
+    p.add_argument(
+        "--baseline-own-home",
+        action="store_true",
+        help="the baseline's sides run in this process's $HOME, not one of their own: the "
+        "worker copies the baseline's kept JIT builds there (worker/venvs.copy_jit_seed), "
+        "at the paths they were built at, so its ops load instead of compiling again",
+    )
     return p
 
 
@@ -449,6 +456,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         {"A": args.baseline_path, "B": args.candidate_path},
         pairs,
         envs={"A": args.baseline_env, "B": args.candidate_env},
+        own_home=frozenset({"A"} if args.baseline_own_home else ()),
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     records: list[dict[str, Any]] = []
@@ -595,9 +603,12 @@ class _Sides:
         pairs: int = 1,
         ready_timeout_s: float | None = 600.0,
         envs: dict[str, dict[str, str]] | None = None,
+        own_home: frozenset[str] = frozenset(),
     ) -> None:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
         self.envs = envs or {}
+        # roles whose sides keep this process's $HOME (``--baseline-own-home``)
+        self.own_home = own_home
         self.ready_timeout_s = ready_timeout_s
         self._costs: dict[str, float] = {}
         self.sides = {name: self._start_all(name) for name in self.paths}
@@ -609,11 +620,11 @@ class _Sides:
 
     def _start(self, label: str, role: str) -> Side:
         """A side: its own library first on the path, then what the coordinator has; its
-        own ``$HOME`` (``side_home``); its own recipe's variables on top of the
-        coordinator's environment."""
+        own ``$HOME`` (``side_home``; the coordinator's for a role in ``own_home``); its
+        own recipe's variables on top of the coordinator's environment."""
         own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         path = os.pathsep.join([p for p in self.paths[role].split(os.pathsep) if p] + own)
-        home = side_home(self.pythons[role], self.paths[role])
+        home = {} if role in self.own_home else side_home(self.pythons[role], self.paths[role])
         env = {**home, **self.envs.get(role, {}), "PYTHONPATH": path}
         return Side(label, python=self.pythons[role], env=env, hello=True)
 

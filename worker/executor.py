@@ -324,8 +324,16 @@ def _paired_request(
     req.env = clean_env()
     req.readonly = (str(base.path), str(candidate.path))  # both sides' envs, read-only
     # no ``jit_cache``: the two sides share one sandbox, so a JIT cache kept for either
-    # commit would let the candidate's code write builds the baseline's later runs load
+    # commit would let the candidate's code write builds the baseline's later runs load.
+    # What the baseline's own runs kept is copied in instead, and its sides run in the
+    # home it is copied to (the paths it was built at): its ops load, not compile
+    req.jit_seed = venvs.kept_jit_builds(settings.data_dir / "venvs", base.key)
+    seeded = ["--baseline-own-home"] if req.jit_seed is not None else []
+    if seeded:
+        _append_log(factory, run_id, f"paired mode: the baseline's kept JIT builds "
+                    f"({base.key[:12]}) are copied into the run, not bound\n")  # fmt: skip
     req.extra_args = [
+        *seeded,
         "--baseline-path",
         os.pathsep.join(base.pythonpath),
         "--candidate-path",

@@ -274,6 +274,7 @@ class Sandbox:
         writable: Sequence[Path] = (),
         readonly: Sequence[Path] = (),
         cache: Path | None = None,
+        seeded: bool = False,
     ) -> tuple[list[str], dict[str, str]]:
         """(argv, env) that run ``argv`` confined; in ``none`` mode only the env changes.
 
@@ -285,7 +286,9 @@ class Sandbox:
         (FlashInfer under ``~/.cache/flashinfer``, torch extensions under
         ``~/.cache/torch_extensions``), so a version compiles its modules once per
         worker, not once per run. Only the environment's own runs get it: whatever the
-        code writes there, only that same code reads again.
+        code writes there, only that same code reads again. ``seeded``: the scratch
+        home's ``.cache`` already holds a copy of such a cache (``venvs.copy_jit_seed``),
+        Triton's included, so Triton's cache is looked for there too.
 
         ``env`` reaches ``argv`` only, never a process of the worker's privilege: bwrap
         is started with ``LAUNCH_ENV``, and so is the set-up inside the sandbox (a root
@@ -296,7 +299,7 @@ class Sandbox:
         inner = dict(env)
         home = "/tmp/home" if self.confined else str(scratch / "home")
         tmp = "/tmp" if self.confined else str(scratch)
-        triton = f"{home}/.cache/triton" if cache is not None else f"{home}/.triton"
+        triton = f"{home}/.cache/triton" if cache is not None or seeded else f"{home}/.triton"
         inner.update(HOME=home, TMPDIR=tmp, TRITON_CACHE_DIR=triton)
         inner.update(PIP_CONFIG_FILE=os.devnull, GIT_CONFIG_NOSYSTEM="1", PYTHONNOUSERSITE="1")
         if cache is not None:

@@ -34,6 +34,7 @@ from kernelwatch.worker.process import (
     read_tail,
 )
 from kernelwatch.worker.sandbox import Sandbox
+from kernelwatch.worker.venvs import copy_jit_seed
 
 MAX_RESTARTS = 50
 LOG_TAIL_BYTES = 200_000  # of each pass's log file, the part kept in memory and the database
@@ -60,6 +61,9 @@ class SuiteRequest:
     # the environment's JIT cache (``venvs.jit_home``), ``$HOME/.cache`` in the sandbox;
     # None: a fresh home only. Never one a paired run's two sides would share
     jit_cache: Path | None = None
+    # a kept JIT cache copied into the fresh home's ``.cache`` and never written back
+    # (``venvs.copy_jit_seed``): a paired run's baseline builds
+    jit_seed: Path | None = None
 
 
 @dataclass
@@ -146,6 +150,11 @@ def _one_pass(
     if cache is not None:
         box.owner([cache], within=cache.parent)
     scratch = box.scratch(req.workdir.parent)
+    seeded = req.jit_seed is not None and cache is None
+    if seeded:
+        assert req.jit_seed is not None
+        copy_jit_seed(req.jit_seed, scratch / "home" / ".cache")
+        box.owner([scratch / "home"], within=scratch)
     readonly = [Path(p) for p in (*req.readonly, *req.pythonpath) if p]
     argv, env = box.wrap(
         argv,
@@ -155,6 +164,7 @@ def _one_pass(
         writable=[req.workdir],
         readonly=readonly,
         cache=cache,
+        seeded=seeded,
     )
     marker: list[tuple[str, str, str]] = []
 

@@ -734,6 +734,58 @@ def jit_home(root: Path, key: str) -> Path:
     return path
 
 
+def kept_jit_builds(root: Path, key: str) -> Path | None:
+    """Environment ``key``'s JIT cache if its runs left anything there, else None (made
+    by no one: a paired run only reads it, through ``copy_jit_seed``)."""
+    path = root / JIT_DIR / key
+    try:
+        return path if path.is_dir() and not path.is_symlink() and any(path.iterdir()) else None
+    except OSError:
+        return None
+
+
+def copy_jit_seed(kept: Path, dest: Path) -> int:
+    """Copy a kept JIT cache into a run's fresh ``$HOME/.cache``; the bytes copied.
+
+    A paired run's two sides share one sandbox, so neither commit's kept cache may be
+    bound there: the candidate's code would write builds the baseline's later runs load.
+    A copy gives the baseline its builds and keeps the original out of reach. Its sides
+    run in that home (``paired_suite --baseline-own-home``), so each build lies at the
+    path it was built at and loads: FlashInfer's ninja rebuilds what moved. Times are
+    kept (``copystat``): a build younger than its sources is up to date. Links are copied
+    as links, never followed; anything else that is not a plain file or directory (a
+    FIFO a run left, which a plain copy would block on) is left out, as is what
+    vanishes while copying: a seed that misses a build costs that build, never the run.
+    """
+
+    def not_files(folder: str, names: list[str]) -> set[str]:
+        out = set()
+        for name in names:
+            try:
+                mode = os.lstat(os.path.join(folder, name)).st_mode
+            except OSError:
+                out.add(name)
+                continue
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                out.add(name)
+        return out
+
+    def copy_plain(src: str, dst: str) -> None:
+        # the kept cache is written by code under test (its own runs, maybe running now
+        # on another card): a file swapped for a FIFO or a link after the listing is
+        # refused by open_regular, never blocked on or followed
+        with open_regular(Path(src)) as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        shutil.copystat(src, dst, follow_symlinks=False)
+
+    with contextlib.suppress(shutil.Error, OSError):
+        shutil.copytree(
+            kept, dest, symlinks=True, ignore=not_files, copy_function=copy_plain,
+            dirs_exist_ok=True,
+        )  # fmt: skip
+    return _loose_size(dest)
+
+
 def _loose_size(root: Path) -> int:
     """Bytes of the files below ``root`` while runs may still write there (a JIT cache):
     a file that went away between listing and reading counts nothing."""

@@ -431,6 +431,25 @@ def test_each_library_builds_its_own_jit_ops_and_a_slower_kernel_is_seen(
     assert again["TRITON_CACHE_DIR"] == str(tmp_path / "home" / ".triton" / "cache")
 
 
+def test_a_baseline_given_its_own_home_runs_in_the_coordinators(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--baseline-own-home``: the worker copied the baseline's kept builds into the
+    coordinator's ``$HOME``, where they were built; the candidate keeps a home of its own."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    paths = {"A": str(tmp_path / "a"), "B": str(tmp_path / "b")}
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, paths, own_home=frozenset("A"))
+    try:
+        homes = {}
+        for role, (side,) in sides.sides.items():
+            environ = Path(f"/proc/{side.proc.pid}/environ").read_bytes().split(b"\0")
+            homes[role] = next(e for e in environ if e.startswith(b"HOME=")).decode()[5:]
+    finally:
+        sides.close()
+    assert homes["A"] == str(tmp_path / "home")
+    assert homes["B"] == side_home(sys.executable, paths["B"])["HOME"] != homes["A"]
+
+
 def _bench_paired(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
     return _bench_paired_logged(tmp_path, *extra)[0]
 

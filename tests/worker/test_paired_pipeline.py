@@ -202,6 +202,16 @@ def test_several_process_pairs_judge_the_slow_commit_over_the_pairs(
 def test_cli_run_paired_measures_head_and_baseline_in_one_run(
     env: Env, demo: dict[str, str]
 ) -> None:
+    # what unpaired runs of the commits' environments (built by the first test) would
+    # have kept: the baseline's is copied into the run, and neither is written
+    venvs = env.settings.data_dir / "venvs"
+    keys = [d.name for d in (venvs / "entries").iterdir()] if (venvs / "entries").is_dir() else []
+    if not keys:
+        pytest.skip("needs the environments an earlier test of this module builds")
+    for key in keys:
+        (venvs / "jit" / key / "fakejit").mkdir(parents=True, exist_ok=True)
+        (venvs / "jit" / key / "fakejit" / "op.so").write_text(key)
+    kept = {p: p.stat().st_mtime_ns for p in (venvs / "jit").rglob("*")}
     cli_env = {"KW_DATA_DIR": str(env.settings.data_dir)}
     proc = run_cli(
         "run", demo["source"], "--commit", demo["slow"], "--baseline", demo["baseline"],
@@ -216,6 +226,9 @@ def test_cli_run_paired_measures_head_and_baseline_in_one_run(
         loaded = s.get(Run, run["id"])
         assert loaded is not None and loaded.options.paired is True
         assert loaded.baseline_sha == demo["baseline"]
+        assert "the baseline's kept JIT builds" in (loaded.build_log or "")
+    assert {p: p.stat().st_mtime_ns for p in (venvs / "jit").rglob("*")} == kept
+    assert all((venvs / "jit" / k / "fakejit" / "op.so").read_text() == k for k in keys)
 
 
 def test_each_side_runs_with_its_own_commits_recipe_variables(env: Env, tmp_path: Path) -> None:

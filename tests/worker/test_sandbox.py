@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.worker import venvs
 from kernelwatch.worker.process import LogSink, tree_memory_bytes
 from kernelwatch.worker.sandbox import Sandbox, SandboxUnavailable, clean_env
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
@@ -236,6 +237,42 @@ def test_an_environments_jit_builds_outlive_its_run_and_no_other_sees_them(
     assert jit("other", other) == "miss"  # another environment's cache is not this one
     assert jit("fresh", None) == "miss"  # a paired run's fresh home
     assert sorted(p.name for p in (tmp_path / "venvs" / "jit").iterdir()) == ["lib-1", "lib-2"]
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_a_paired_run_starts_from_a_copy_of_the_baselines_builds_and_never_writes_them(
+    tmp_path: Path, mode: str
+) -> None:
+    """A paired run's sides share one box, so the baseline's kept JIT cache is copied into
+    the run's home, never bound: the run loads the builds (no compile) and whatever the
+    code in the box writes there stays in the run. What is not a plain file or directory
+    in the kept cache (a FIFO a run left) is not copied, and the copy does not block."""
+    box = _box() if mode == "bwrap" else Sandbox.from_env({"KW_SANDBOX": "none"})
+    kept = tmp_path / "venvs" / "jit" / "base-1"
+    (kept / "fakejit").mkdir(parents=True)
+    (kept / "fakejit" / "op.so").write_text("built by the baseline's own run")
+    (kept / "triton").mkdir()
+    (kept / "triton" / "k.cubin").write_text("cubin")
+    os.mkfifo(kept / "fakejit" / "left.fifo")
+    (kept / "fakejit" / "link").symlink_to("/etc/hostname")
+    before = {p: p.lstat().st_mtime_ns for p in kept.rglob("*")}
+    assert venvs.kept_jit_builds(tmp_path / "venvs", "base-1") == kept
+    assert venvs.kept_jit_builds(tmp_path / "venvs", "never-ran") is None
+
+    req = _request(tmp_path / "paired", ["c1=jit"], box)
+    req.jit_seed = kept
+    outcome = run_suite(req)
+    assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
+    assert outcome.log.split("JIT ", 1)[1].split()[0] == "hit"  # built once, elsewhere
+    # the run wrote its op (and Triton its cubin) into its copy; the kept cache is as it was
+    assert (kept / "fakejit" / "op.so").read_text() == "built by the baseline's own run"
+    assert {p: p.lstat().st_mtime_ns for p in kept.rglob("*")} == before
+    # the copy: files with their times, the link as a link, no FIFO
+    copy = tmp_path / "copy"
+    venvs.copy_jit_seed(kept, copy)
+    assert (copy / "fakejit" / "op.so").stat().st_mtime_ns == before[kept / "fakejit" / "op.so"]
+    assert os.readlink(copy / "fakejit" / "link") == "/etc/hostname"
+    assert not (copy / "fakejit" / "left.fifo").exists()
 
 
 def test_a_setsid_child_does_not_outlive_the_run(tmp_path: Path) -> None:
