@@ -744,46 +744,81 @@ def kept_jit_builds(root: Path, key: str) -> Path | None:
         return None
 
 
-def copy_jit_seed(kept: Path, dest: Path) -> int:
+# a kept JIT cache copied into a paired run is cut off at this size: FlashInfer's builds
+# for a whole suite are a few hundred MB; a kept cache its own code grew past this
+# (bounded only by the sandbox's disk limit) costs the run its compiles, not the disk
+SEED_MAX_BYTES = 8 * 10**9
+
+
+def copy_jit_seed(kept: Path, dest: Path, limit_bytes: int = SEED_MAX_BYTES) -> int:
     """Copy a kept JIT cache into a run's fresh ``$HOME/.cache``; the bytes copied.
 
     A paired run's two sides share one sandbox, so neither commit's kept cache may be
     bound there: the candidate's code would write builds the baseline's later runs load.
     A copy gives the baseline its builds and keeps the original out of reach. Its sides
     run in that home (``paired_suite --baseline-own-home``), so each build lies at the
-    path it was built at and loads: FlashInfer's ninja rebuilds what moved. Times are
-    kept (``copystat``): a build younger than its sources is up to date. Links are copied
-    as links, never followed; anything else that is not a plain file or directory (a
-    FIFO a run left, which a plain copy would block on) is left out, as is what
-    vanishes while copying: a seed that misses a build costs that build, never the run.
+    path it was built at and loads: FlashInfer's ninja rebuilds what moved. File times
+    are kept: a build younger than its sources is up to date.
+
+    The kept cache is written by code under test, maybe at this moment on another card,
+    and the worker copying it may be root: so the walk holds each directory open and
+    opens what is inside it relative to that, never following a link, not at the end
+    of a path and not in the middle (a directory swapped for a link to ``/root`` after
+    it was listed is refused, not entered). Links are copied as links; a FIFO, a device
+    or a socket is left out (a plain copy would block on a FIFO), and so is what
+    vanishes while copying and what lies past ``limit_bytes``: a seed that misses a
+    build costs that build, never the run.
     """
-
-    def not_files(folder: str, names: list[str]) -> set[str]:
-        out = set()
-        for name in names:
-            try:
-                mode = os.lstat(os.path.join(folder, name)).st_mode
-            except OSError:
-                out.add(name)
+    budget = [limit_bytes]
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+    base = Path(os.path.realpath(dest))
+    try:
+        # fwalk holds each directory open and names resolve against it (_chown_tree's walk)
+        for root, dirnames, filenames, dirfd in os.fwalk(kept, follow_symlinks=False):
+            here = base / Path(root).relative_to(kept)
+            # the copy's side too: a link the copy made where the kept cache had one, and
+            # has a directory by now, is never written through (it may name /etc)
+            if os.path.realpath(here.parent) != str(here.parent):
                 continue
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                out.add(name)
-        return out
+            with contextlib.suppress(FileExistsError):
+                here.mkdir(mode=0o700)
+            if os.path.realpath(here) != str(here):
+                continue
+            for name in (*dirnames, *filenames):
+                with contextlib.suppress(OSError):
+                    _copy_entry(dirfd, name, here / name, budget)
+    except (OSError, RecursionError):  # the top gone, or a tree deeper than any build's
+        pass
+    return limit_bytes - budget[0]
 
-    def copy_plain(src: str, dst: str) -> None:
-        # the kept cache is written by code under test (its own runs, maybe running now
-        # on another card): a file swapped for a FIFO or a link after the listing is
-        # refused by open_regular, never blocked on or followed
-        with open_regular(Path(src)) as fin, open(dst, "wb") as fout:
+
+def _copy_entry(dir_fd: int, name: str, dest: Path, budget: list[int]) -> None:
+    """One entry of an open directory (``copy_jit_seed``): a link as a link, a plain file
+    with its time, within ``budget`` bytes; a directory is ``fwalk``'s; the rest nothing."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=dir_fd), dest)
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_size > budget[0]:
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as fin:
+        opened = os.fstat(fin.fileno())
+        if not stat.S_ISREG(opened.st_mode) or opened.st_size > budget[0]:
+            return  # swapped since the listing, or grown past the budget
+        made = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(made, "wb") as fout:
             shutil.copyfileobj(fin, fout)
-        shutil.copystat(src, dst, follow_symlinks=False)
-
-    with contextlib.suppress(shutil.Error, OSError):
-        shutil.copytree(
-            kept, dest, symlinks=True, ignore=not_files, copy_function=copy_plain,
-            dirs_exist_ok=True,
-        )  # fmt: skip
-    return _loose_size(dest)
+            fout.flush()
+            os.fchmod(fout.fileno(), opened.st_mode & 0o755)
+            os.utime(fout.fileno(), ns=(opened.st_atime_ns, opened.st_mtime_ns))
+        after = os.fstat(fin.fileno())
+    if (after.st_size, after.st_mtime_ns) != (opened.st_size, opened.st_mtime_ns):
+        # written while copied (a build of the same code on another card): a half-written
+        # op would load as up to date, so it is left to be built again
+        dest.unlink()
+        return
+    budget[0] -= opened.st_size
 
 
 def _loose_size(root: Path) -> int:

@@ -238,3 +238,89 @@ def test_build_error_keeps_the_error_block_of_a_long_log() -> None:
     assert text.startswith("error: subprocess-exited-with-error") and "TOMLDecodeError" in text
     assert "Collecting" not in text
     assert build_error("one\ntwo\n") == "one\ntwo"
+
+
+def _kept(tmp_path: Path) -> Path:
+    """A kept JIT cache as a run of the code under test could leave it."""
+    kept = tmp_path / "jit" / "key"
+    (kept / "flashinfer" / "ops").mkdir(parents=True)
+    (kept / "flashinfer" / "ops" / "op.so").write_bytes(b"\x7fELF" + b"\0" * 1000)
+    (kept / ".ninja_log").write_text("# ninja log v6\n")
+    os.utime(kept / "flashinfer" / "ops" / "op.so", ns=(1_700_000_000 * 10**9,) * 2)
+    return kept
+
+
+def test_a_seed_copies_builds_with_their_times_and_within_its_budget(tmp_path: Path) -> None:
+    import kernelwatch.worker.venvs as venvs
+
+    kept = _kept(tmp_path)
+    copied = venvs.copy_jit_seed(kept, tmp_path / "home" / ".cache")
+    op = tmp_path / "home" / ".cache" / "flashinfer" / "ops" / "op.so"
+    assert op.read_bytes() == (kept / "flashinfer" / "ops" / "op.so").read_bytes()
+    assert op.stat().st_mtime_ns == 1_700_000_000 * 10**9  # older than nothing it was built from
+    assert copied == 1004 + len("# ninja log v6\n")
+    # past the budget a file is not copied at all (never cut short: a cut .so would load)
+    small = venvs.copy_jit_seed(kept, tmp_path / "small", limit_bytes=100)
+    assert (
+        small == len("# ninja log v6\n")
+        and not (tmp_path / "small" / "flashinfer" / "ops" / "op.so").exists()
+    )
+    assert venvs.copy_jit_seed(tmp_path / "gone", tmp_path / "none") == 0
+
+
+def test_a_kept_cache_that_swaps_a_link_for_a_directory_is_never_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copying worker may be root and the kept cache is written by code under test:
+    a link it left is copied as a link, and when the cache then shows a directory under
+    that name (swapped in while the copy walks), the copy does not write through its own
+    link into what the link names."""
+    import kernelwatch.worker.venvs as venvs
+
+    kept, victim = _kept(tmp_path), tmp_path / "etc"
+    victim.mkdir()
+    (kept / "x").symlink_to(victim)
+    real_fwalk = os.fwalk
+
+    def racing(top: Path, **kw: object):  # type: ignore[no-untyped-def]
+        for item in real_fwalk(top, **kw):  # type: ignore[arg-type]
+            yield item
+            if item[0] == str(kept):  # the copy has made its link x -> etc by now
+                (kept / "x").unlink()
+                (kept / "x").mkdir()
+                (kept / "x" / "planted").write_text("written as root")
+                fd = os.open(kept / "x", os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    yield str(kept / "x"), [], ["planted"], fd
+                finally:
+                    os.close(fd)
+
+    monkeypatch.setattr(venvs.os, "fwalk", racing)
+    venvs.copy_jit_seed(kept, tmp_path / "copy")
+    assert list(victim.iterdir()) == []
+    assert os.readlink(tmp_path / "copy" / "x") == str(victim)
+
+
+def test_a_build_written_while_it_is_copied_is_left_to_build_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of the same code on another card may be linking an op as the copy reads it;
+    a half-written .so copied with its time would load as up to date."""
+    import shutil
+
+    import kernelwatch.worker.venvs as venvs
+
+    kept = _kept(tmp_path)
+    op = kept / "flashinfer" / "ops" / "op.so"
+    real_copy = shutil.copyfileobj
+
+    def linking(fin, fout, *a):  # type: ignore[no-untyped-def]
+        real_copy(fin, fout, *a)
+        if os.fstat(fin.fileno()).st_ino == op.stat().st_ino:  # the linker writes on
+            with open(op, "ab") as more:
+                more.write(b"\0" * 10)
+
+    monkeypatch.setattr(venvs.shutil, "copyfileobj", linking)
+    venvs.copy_jit_seed(kept, tmp_path / "copy")
+    assert not (tmp_path / "copy" / "flashinfer" / "ops" / "op.so").exists()
+    assert (tmp_path / "copy" / ".ninja_log").is_file()
