@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -36,6 +37,16 @@ ENGINE_CACHE_SIZE = 8
 
 _engines: OrderedDict[str, Engine] = OrderedDict()
 _engines_lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """A forked child (celery's prefork pool) gets a lock of its own: one another thread
+    of the parent held at the fork would never be released in the child."""
+    global _engines_lock
+    _engines_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def engine_for(url: str) -> Engine:

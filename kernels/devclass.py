@@ -146,7 +146,10 @@ def gpu_rows(fields: Sequence[str], timeout_s: float = 20) -> list[list[str]] | 
     """
     with nvml() as n:
         if n is not None:
-            return nvml_rows(n, fields)
+            try:
+                return nvml_rows(n, fields)
+            except Exception:  # pynvml.NVMLError: NVML started but lost its GPUs; ask smi
+                pass
     out = smi_query(fields, timeout_s)
     if out is None:
         return None

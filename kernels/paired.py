@@ -491,8 +491,18 @@ def judge(
     mean = sum(log_ratios) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in log_ratios) / (n - 1)) if n > 1 else math.inf
     half = stats.t_quantile(cfg.confidence, n - 1) * sd / math.sqrt(n) if n > 1 else math.inf
-    ratio, lo, hi = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    ratio, lo, hi = _exp(mean), _exp(mean - half), _exp(mean + half)
     return ratio, lo, hi, decide(ratio, lo, hi, cfg.min_effect).verdict
+
+
+def _exp(x: float) -> float:
+    """``math.exp``, infinite past its range instead of raising: two process pairs at a
+    level of 1 - 1e-8 give t = 6e7, and such an interval is only wide, not an error
+    (the bench-paired command crashed on it, 2026-12-04)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 def judge_reliable(

@@ -386,8 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline-own-home",
         action="store_true",
         help="the baseline's sides run in this process's $HOME, not one of their own: the "
-        "worker copies the baseline's kept JIT builds there (worker/venvs.copy_jit_seed), "
-        "at the paths they were built at, so its ops load instead of compiling again",
+        "worker copies the baseline's kept JIT builds there (worker/venvs.copy_jit_seed); "
+        "under bubblewrap that home is the one they were built in, so its ops load "
+        "instead of compiling again",
     )
     return p
 

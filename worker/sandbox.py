@@ -67,6 +67,7 @@ from kernelwatch.worker.limits import (
     Limits,
     host_cgroup,
 )
+from kernelwatch.worker.safewalk import walk_no_follow
 
 ALLOWED = (
     "PATH",
@@ -274,7 +275,6 @@ class Sandbox:
         writable: Sequence[Path] = (),
         readonly: Sequence[Path] = (),
         cache: Path | None = None,
-        seeded: bool = False,
     ) -> tuple[list[str], dict[str, str]]:
         """(argv, env) that run ``argv`` confined; in ``none`` mode only the env changes.
 
@@ -286,9 +286,8 @@ class Sandbox:
         (FlashInfer under ``~/.cache/flashinfer``, torch extensions under
         ``~/.cache/torch_extensions``), so a version compiles its modules once per
         worker, not once per run. Only the environment's own runs get it: whatever the
-        code writes there, only that same code reads again. ``seeded``: the scratch
-        home's ``.cache`` already holds a copy of such a cache (``venvs.copy_jit_seed``),
-        Triton's included, so Triton's cache is looked for there too.
+        code writes there, only that same code reads again. (A paired run gets a copy
+        of its baseline's, its own: ``SuiteRequest.jit_seed``.)
 
         ``env`` reaches ``argv`` only, never a process of the worker's privilege: bwrap
         is started with ``LAUNCH_ENV``, and so is the set-up inside the sandbox (a root
@@ -299,7 +298,7 @@ class Sandbox:
         inner = dict(env)
         home = "/tmp/home" if self.confined else str(scratch / "home")
         tmp = "/tmp" if self.confined else str(scratch)
-        triton = f"{home}/.cache/triton" if cache is not None or seeded else f"{home}/.triton"
+        triton = f"{home}/.cache/triton" if cache is not None else f"{home}/.triton"
         inner.update(HOME=home, TMPDIR=tmp, TRITON_CACHE_DIR=triton)
         inner.update(PIP_CONFIG_FILE=os.devnull, GIT_CONFIG_NOSYSTEM="1", PYTHONNOUSERSITE="1")
         if cache is not None:
@@ -526,14 +525,15 @@ def confine_env(
 
 def _chown_tree(paths: Sequence[Path], uid: int, gid: int, recursive: bool = True) -> None:
     """chown without following a symlink, not even one swapped in for a directory on
-    the way down (``fwalk`` holds each directory open: names resolve against it)."""
+    the way down (``safewalk``: each directory held open, names resolved against it,
+    no directory opened through a link)."""
     for top in paths:
         if not top.exists():
             continue
         os.lchown(top, uid, gid)
         if not recursive:
             continue
-        for _, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
+        for _, dirnames, filenames, dirfd in walk_no_follow(top):
             for name in (*dirnames, *filenames):
                 with contextlib.suppress(FileNotFoundError):
                     os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)

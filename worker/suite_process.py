@@ -20,7 +20,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,9 @@ class SuiteRequest:
     # the environment's JIT cache (``venvs.jit_home``), ``$HOME/.cache`` in the sandbox;
     # None: a fresh home only. Never one a paired run's two sides would share
     jit_cache: Path | None = None
-    # a kept JIT cache copied into the fresh home's ``.cache`` and never written back
-    # (``venvs.copy_jit_seed``): a paired run's baseline builds
+    # a kept JIT cache copied once per run (``venvs.copy_jit_seed``) to a directory of the
+    # run's own, which is then this run's ``jit_cache``; never written back, removed at
+    # the end: a paired run's baseline builds
     jit_seed: Path | None = None
 
 
@@ -79,10 +80,36 @@ def run_suite(
     req.workdir.mkdir(parents=True, exist_ok=True)
     out_path = req.workdir / "records.jsonl"
     out_path.unlink(missing_ok=True)
+    deadline = time.monotonic() + req.suite_timeout_s
+    seeded = _seeded_cache(req)
+    try:
+        return _passes(replace(req, jit_cache=seeded) if seeded else req, on_record,
+                       out_path, deadline)  # fmt: skip
+    finally:
+        if seeded is not None:
+            shutil.rmtree(seeded, ignore_errors=True)
+
+
+def _seeded_cache(req: SuiteRequest) -> Path | None:
+    """The run's own copy of ``req.jit_seed`` (made once, not per restarted pass), or None."""
+    if req.jit_seed is None or req.jit_cache is not None:
+        return None
+    copy = req.workdir.parent / "jit-seed"
+    shutil.rmtree(copy, ignore_errors=True)  # a resumed run's earlier copy
+    copy_jit_seed(req.jit_seed, copy)
+    return copy
+
+
+def _passes(
+    req: SuiteRequest,
+    on_record: Callable[[ResultRecord], None] | None,
+    out_path: Path,
+    deadline: float,
+) -> SuiteOutcome:
+    """Runner passes until the suite is done, each restarted past a case that killed it."""
     records: dict[str, ResultRecord] = {}
     skip: set[str] = set()
     logs: list[str] = []
-    deadline = time.monotonic() + req.suite_timeout_s
     for attempt in range(MAX_RESTARTS):
         log_path = req.workdir / f"runner-{attempt}.log"
         code, current, why = _one_pass(req, out_path, log_path, skip, deadline)
@@ -150,11 +177,6 @@ def _one_pass(
     if cache is not None:
         box.owner([cache], within=cache.parent)
     scratch = box.scratch(req.workdir.parent)
-    seeded = req.jit_seed is not None and cache is None
-    if seeded:
-        assert req.jit_seed is not None
-        copy_jit_seed(req.jit_seed, scratch / "home" / ".cache")
-        box.owner([scratch / "home"], within=scratch)
     readonly = [Path(p) for p in (*req.readonly, *req.pythonpath) if p]
     argv, env = box.wrap(
         argv,
@@ -164,7 +186,6 @@ def _one_pass(
         writable=[req.workdir],
         readonly=readonly,
         cache=cache,
-        seeded=seeded,
     )
     marker: list[tuple[str, str, str]] = []
 

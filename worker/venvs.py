@@ -72,6 +72,7 @@ from kernelwatch.jobs.library.repoconfig import FILE
 from kernelwatch.kernels.devclass import gpu_rows
 from kernelwatch.worker import stubs, submodules
 from kernelwatch.worker.process import open_regular, run_supervised
+from kernelwatch.worker.safewalk import walk_no_follow
 from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
 
 logger = logging.getLogger(__name__)
@@ -744,57 +745,66 @@ def kept_jit_builds(root: Path, key: str) -> Path | None:
         return None
 
 
-# a kept JIT cache copied into a paired run is cut off at this size: FlashInfer's builds
-# for a whole suite are a few hundred MB; a kept cache its own code grew past this
-# (bounded only by the sandbox's disk limit) costs the run its compiles, not the disk
+# a kept JIT cache copied into a paired run is cut off at these: FlashInfer's builds for
+# a whole suite are a few hundred MB in a few thousand files, a few levels deep; a kept
+# cache its own code grew past them costs the run those compiles, never the worker's
+# disk, descriptors or time
 SEED_MAX_BYTES = 8 * 10**9
+SEED_MAX_ENTRIES = 200_000
+SEED_MAX_DEPTH = 32
+SEED_MAX_SECONDS = 120.0
 
 
 def copy_jit_seed(kept: Path, dest: Path, limit_bytes: int = SEED_MAX_BYTES) -> int:
-    """Copy a kept JIT cache into a run's fresh ``$HOME/.cache``; the bytes copied.
+    """Copy a kept JIT cache to ``dest`` (a paired run's own, then its ``$HOME/.cache``);
+    the bytes copied.
 
     A paired run's two sides share one sandbox, so neither commit's kept cache may be
     bound there: the candidate's code would write builds the baseline's later runs load.
-    A copy gives the baseline its builds and keeps the original out of reach. Its sides
-    run in that home (``paired_suite --baseline-own-home``), so each build lies at the
-    path it was built at and loads: FlashInfer's ninja rebuilds what moved. File times
-    are kept: a build younger than its sources is up to date.
+    A copy gives the baseline its builds and keeps the original out of reach. Under
+    bubblewrap its sides run in the home the copy is bound in (``paired_suite
+    --baseline-own-home``), the one the builds were made in, so each lies at the path
+    it was built at and loads (``KW_SANDBOX=none`` gives every run a new home: there
+    they build again). File times are kept: a build younger than its sources is up to
+    date.
 
     The kept cache is written by code under test, maybe at this moment on another card,
-    and the worker copying it may be root: so the walk holds each directory open and
-    opens what is inside it relative to that, never following a link, not at the end
-    of a path and not in the middle (a directory swapped for a link to ``/root`` after
-    it was listed is refused, not entered). Links are copied as links; a FIFO, a device
-    or a socket is left out (a plain copy would block on a FIFO), and so is what
-    vanishes while copying and what lies past ``limit_bytes``: a seed that misses a
-    build costs that build, never the run.
+    and the worker copying it may be root: the walk (``safewalk``) opens every
+    directory relative to its open parent and never through a link; each file is opened
+    ``O_NOFOLLOW | O_NONBLOCK`` (no FIFO blocked on) and exactly the size it had when
+    opened is copied; links are copied as links, never written through (a directory
+    swapped in where the cache had a link to ``/etc`` is skipped); a FIFO, device or
+    socket is left out; a file written while copied is dropped (a build finished before
+    the copy and rewritten after it is not seen); and the copy stops at ``limit_bytes``,
+    ``SEED_MAX_ENTRIES``, ``SEED_MAX_DEPTH`` levels and ``SEED_MAX_SECONDS``. A seed
+    that misses a build costs that build, never the run.
     """
     budget = [limit_bytes]
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
     base = Path(os.path.realpath(dest))
-    try:
-        # fwalk holds each directory open and names resolve against it (_chown_tree's walk)
-        for root, dirnames, filenames, dirfd in os.fwalk(kept, follow_symlinks=False):
-            here = base / Path(root).relative_to(kept)
-            # the copy's side too: a link the copy made where the kept cache had one, and
-            # has a directory by now, is never written through (it may name /etc)
-            if os.path.realpath(here.parent) != str(here.parent):
-                continue
-            with contextlib.suppress(FileExistsError):
-                here.mkdir(mode=0o700)
-            if os.path.realpath(here) != str(here):
-                continue
-            for name in (*dirnames, *filenames):
-                with contextlib.suppress(OSError):
-                    _copy_entry(dirfd, name, here / name, budget)
-    except (OSError, RecursionError):  # the top gone, or a tree deeper than any build's
-        pass
+    entries, stop = 0, time.monotonic() + SEED_MAX_SECONDS
+    for root, dirnames, filenames, dirfd in walk_no_follow(kept, max_depth=SEED_MAX_DEPTH):
+        here = base / root.relative_to(kept)
+        # a link the copy made where the kept cache had one, and has a directory by now,
+        # is never written through (it may name /etc)
+        if os.path.realpath(here.parent) != str(here.parent):
+            continue
+        with contextlib.suppress(FileExistsError):
+            here.mkdir(mode=0o700)
+        if os.path.realpath(here) != str(here):
+            continue
+        entries += len(dirnames) + len(filenames)
+        if entries > SEED_MAX_ENTRIES or time.monotonic() > stop:
+            break
+        for name in (*dirnames, *filenames):
+            with contextlib.suppress(OSError):
+                _copy_entry(dirfd, name, here / name, budget)
     return limit_bytes - budget[0]
 
 
 def _copy_entry(dir_fd: int, name: str, dest: Path, budget: list[int]) -> None:
     """One entry of an open directory (``copy_jit_seed``): a link as a link, a plain file
-    with its time, within ``budget`` bytes; a directory is ``fwalk``'s; the rest nothing."""
+    with its time, within ``budget`` bytes; a directory is the walk's; the rest nothing."""
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(name, dir_fd=dir_fd), dest)
@@ -808,7 +818,7 @@ def _copy_entry(dir_fd: int, name: str, dest: Path, budget: list[int]) -> None:
             return  # swapped since the listing, or grown past the budget
         made = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(made, "wb") as fout:
-            shutil.copyfileobj(fin, fout)
+            _copy_bytes(fin, fout, opened.st_size)  # a file that grows is not chased
             fout.flush()
             os.fchmod(fout.fileno(), opened.st_mode & 0o755)
             os.utime(fout.fileno(), ns=(opened.st_atime_ns, opened.st_mtime_ns))
@@ -819,6 +829,13 @@ def _copy_entry(dir_fd: int, name: str, dest: Path, budget: list[int]) -> None:
         dest.unlink()
         return
     budget[0] -= opened.st_size
+
+
+def _copy_bytes(fin: IO[bytes], fout: IO[bytes], size: int) -> None:
+    """At most ``size`` bytes of ``fin`` into ``fout``."""
+    while size > 0 and (chunk := fin.read(min(size, 1 << 20))):
+        fout.write(chunk)
+        size -= len(chunk)
 
 
 def _loose_size(root: Path) -> int:

@@ -10,7 +10,8 @@ deadline (default 540 s, inside the device's 600 s). Each sub-command writes
 ``DIR/SUB.json``; logs of every step travel as one ``DIR/logs.tgz`` (a device call
 returns at most 8 files, so chain at most 7). A later invocation into the same DIR
 writes ``SUB-run2.json`` and ``logs-run2.tgz`` (``invocation_tag``), never over the
-first's. The short table of every sub-command is printed last.
+first's; the 8 files count both invocations'. The short table of every sub-command is
+printed last.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import argparse
 import os
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,8 @@ CPU_TARGETS = (Target("gemm (CPU)", "gemm", f"{ADAPTERS}.gemm", "torch", "gemm")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", action="append", help="targets whose name contains this")
     p.add_argument("--trials", type=int, default=None, help="trials per target (20; CPU 2)")
-    p.add_argument("--pct", type=float, default=1.0, help="work added to the candidate, %%")
+    p.add_argument("--pct", type=_percent(0.0), default=1.0,
+                   help="work added to the candidate, %% (0: an A/A)")  # fmt: skip
     p.add_argument("--flashinfer", metavar="VERSION", help="carried FlashInfer for decode")
     p.add_argument("--liger", type=Path, default=host.SOURCES / "liger" / "src")
     p.add_argument("--target-timeout", type=float, default=300, help="seconds per target")
@@ -97,8 +99,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "pairing: +x %% is what the gate measures) or by the spin's slope over the "
         "baseline's time in the suite timer (before 2026-12-04)",
     )
-    p.add_argument("--probe-pct", type=float, default=10.0, help="the probe's nominal %%")
+    p.add_argument("--probe-pct", type=_percent(1.0), default=10.0,
+                   help="the probe's nominal %% (1 or more: it must stand out)")  # fmt: skip
     p.add_argument("bench_args", nargs="*", help="after --: more bench-paired options")
+
+
+def _percent(least: float) -> Callable[[str], float]:
+    """An argparse type: a percentage of at least ``least`` (work can only be added)."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not value >= least:  # NaN too
+            raise argparse.ArgumentTypeError(f"{text}: a percentage of at least {least:g}")
+        return value
+
+    return parse
 
 
 def _library(ctx: host.Context, target: Target, args: argparse.Namespace) -> tuple[str, str]:

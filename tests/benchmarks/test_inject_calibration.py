@@ -350,7 +350,7 @@ def test_a_size_the_comparison_measured_is_injected_and_the_slope_still_logged(
     assert inject._calibrate("gemm", lambda: None, (), 1.0) == 35
 
 
-def test_a_conf_without_a_measured_size_is_sized_by_the_slope(tmp_path: Path) -> None:
+def test_a_conf_carries_the_size_the_comparison_measured_or_none(tmp_path: Path) -> None:
     import importlib.util
 
     for extra in (0, 35):

@@ -203,6 +203,7 @@ def test_an_engine_pushed_out_of_the_cache_closes_its_connections() -> None:
     connections open until the garbage collector finds them: psycopg warns then, and the
     server keeps those backends the while."""
     import gc
+    import time
     import warnings
 
     from sqlalchemy import create_engine, text
@@ -231,6 +232,10 @@ def test_an_engine_pushed_out_of_the_cache_closes_its_connections() -> None:
             for url in urls:
                 with engine_for(url).connect() as conn:
                     assert conn.execute(text("select 1")).scalar() == 1
+            # the server ends a closed connection's backend a moment after the client goes
+            deadline = time.monotonic() + 5
+            while _backends_on(urls[0]) and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert _backends_on(urls[0]) == 0, "the evicted engine's connection is still open"
             assert _backends_on(urls[-1]) == 1, "a cached engine keeps its pooled connection"
             assert engine_for(urls[0]) is not first, "the oldest engine was not evicted"

@@ -21,6 +21,10 @@ def test_judge_verdicts_from_log_ratios() -> None:
     assert judge(fast, cfg)[3] == "improvement"
     noisy = [0.05, -0.05, 0.04, -0.03]
     assert judge(noisy, cfg)[3] == "inconclusive"
+    # two units at an extreme level: t = 6e7, an interval past exp's range is only wide
+    ratio, low, high, verdict = judge([0.01, 0.03], PairedConfig(confidence=0.99999999))
+    assert verdict == "inconclusive" and high == math.inf and low == 0.0
+    assert ratio == pytest.approx(math.exp(0.02))
 
 
 def test_two_processes_detect_double_work() -> None:

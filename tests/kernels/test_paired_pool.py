@@ -438,7 +438,7 @@ def test_a_baseline_given_its_own_home_runs_in_the_coordinators(
     coordinator's ``$HOME``, where they were built; the candidate keeps a home of its own."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     paths = {"A": str(tmp_path / "a"), "B": str(tmp_path / "b")}
-    sides = _Sides({"A": sys.executable, "B": sys.executable}, paths, own_home=frozenset("A"))
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, paths, own_home=frozenset({"A"}))
     try:
         homes = {}
         for role, (side,) in sides.sides.items():

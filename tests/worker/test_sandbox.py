@@ -142,6 +142,7 @@ for cid in ("c1", "c2", "c3"):
     elif act == "jit":  # a JIT library's first use: build into $HOME/.cache unless built
         built = os.path.join(os.environ["HOME"], ".cache", "fakejit", "op.so")
         print("JIT " + ("hit" if os.path.exists(built) else "miss"), flush=True)
+        print("TRITON " + os.environ["TRITON_CACHE_DIR"], flush=True)
         os.makedirs(os.path.dirname(built), exist_ok=True)
         open(built, "w").write(str(os.getpid()))
         os.makedirs(os.environ["TRITON_CACHE_DIR"], exist_ok=True)
@@ -264,6 +265,11 @@ def test_a_paired_run_starts_from_a_copy_of_the_baselines_builds_and_never_write
     outcome = run_suite(req)
     assert [r.status for r in outcome.records] == ["pass"] * 3, outcome.aborted
     assert outcome.log.split("JIT ", 1)[1].split()[0] == "hit"  # built once, elsewhere
+    # at the path an unpaired run of the baseline has it: $HOME/.cache, Triton's inside
+    triton = outcome.log.split("TRITON ", 1)[1].split()[0]
+    assert triton == "/tmp/home/.cache/triton" or mode == "none"
+    assert triton.endswith("/.cache/triton")
+    assert not (tmp_path / "paired" / "run" / "jit-seed").exists()  # the run's copy, gone
     # the run wrote its op (and Triton its cubin) into its copy; the kept cache is as it was
     assert (kept / "fakejit" / "op.so").read_text() == "built by the baseline's own run"
     assert {p: p.lstat().st_mtime_ns for p in kept.rglob("*")} == before

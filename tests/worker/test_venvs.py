@@ -280,22 +280,22 @@ def test_a_kept_cache_that_swaps_a_link_for_a_directory_is_never_written_through
     kept, victim = _kept(tmp_path), tmp_path / "etc"
     victim.mkdir()
     (kept / "x").symlink_to(victim)
-    real_fwalk = os.fwalk
+    real_walk = venvs.walk_no_follow
 
     def racing(top: Path, **kw: object):  # type: ignore[no-untyped-def]
-        for item in real_fwalk(top, **kw):  # type: ignore[arg-type]
+        for item in real_walk(top, **kw):  # type: ignore[arg-type]
             yield item
-            if item[0] == str(kept):  # the copy has made its link x -> etc by now
+            if item[0] == kept:  # the copy has made its link x -> etc by now
                 (kept / "x").unlink()
                 (kept / "x").mkdir()
                 (kept / "x" / "planted").write_text("written as root")
                 fd = os.open(kept / "x", os.O_RDONLY | os.O_DIRECTORY)
                 try:
-                    yield str(kept / "x"), [], ["planted"], fd
+                    yield kept / "x", [], ["planted"], fd
                 finally:
                     os.close(fd)
 
-    monkeypatch.setattr(venvs.os, "fwalk", racing)
+    monkeypatch.setattr(venvs, "walk_no_follow", racing)
     venvs.copy_jit_seed(kept, tmp_path / "copy")
     assert list(victim.iterdir()) == []
     assert os.readlink(tmp_path / "copy" / "x") == str(victim)
@@ -306,21 +306,19 @@ def test_a_build_written_while_it_is_copied_is_left_to_build_again(
 ) -> None:
     """A run of the same code on another card may be linking an op as the copy reads it;
     a half-written .so copied with its time would load as up to date."""
-    import shutil
-
     import kernelwatch.worker.venvs as venvs
 
     kept = _kept(tmp_path)
     op = kept / "flashinfer" / "ops" / "op.so"
-    real_copy = shutil.copyfileobj
+    real_copy = venvs._copy_bytes
 
-    def linking(fin, fout, *a):  # type: ignore[no-untyped-def]
-        real_copy(fin, fout, *a)
+    def linking(fin, fout, size):  # type: ignore[no-untyped-def]
+        real_copy(fin, fout, size)
         if os.fstat(fin.fileno()).st_ino == op.stat().st_ino:  # the linker writes on
             with open(op, "ab") as more:
                 more.write(b"\0" * 10)
 
-    monkeypatch.setattr(venvs.shutil, "copyfileobj", linking)
+    monkeypatch.setattr(venvs, "_copy_bytes", linking)
     venvs.copy_jit_seed(kept, tmp_path / "copy")
     assert not (tmp_path / "copy" / "flashinfer" / "ops" / "op.so").exists()
     assert (tmp_path / "copy" / ".ninja_log").is_file()
