@@ -255,6 +255,8 @@ class SideError(RuntimeError):
 # ``PairedResult.stop_reason`` of a comparison whose screen left more than half its
 # pairs off (``compare``): no group timed, the verdict inconclusive
 UNSTEADY = "unsteady"
+# the stop reason of a comparison whose pairs had all the rounds they may have
+ROUNDS_MAX = "rounds_max"
 
 
 class SideDied(RuntimeError):
@@ -406,6 +408,14 @@ class PairedConfig:
       (an experiment: whether a side set up beside 15 others starts in the slow state
       of docs/measurement.md §11; it costs the sum of the set-ups instead of the
       slowest).
+    short_remeasure_s: after the fixed re-measures, a stage still inconclusive measures
+      again while it has spent less than this (seconds of wall, the next attempt's
+      expected cost included), up to ``attempts_max`` attempts in all, each with
+      ``short_rounds`` rounds and no larger budget. Only cheap attempts fit, i.e. short
+      kernels, and those are the ones whose interval is set by how many set-ups it has
+      seen: on the H200 (2026-12-04, docs/measurement.md §15) a 16 us GEMM's pairs spread
+      by 1.4 % per set-up, an attempt's interval was as wide after 48 groups as after 8,
+      and a +1 % ended inconclusive in 4 of 9 trials after three attempts. 0: off.
     """
 
     min_effect: float = MIN_EFFECT
@@ -421,6 +431,9 @@ class PairedConfig:
     screen_retries: int = 2
     rounds_max: int = 6
     setup_one_at_a_time: bool = False
+    short_remeasure_s: float = 0.0
+    short_rounds: int = 2
+    attempts_max: int = 16
     timer: dict[str, Any] = field(default_factory=dict)  # TimerConfig fields for the sides
 
 
@@ -683,7 +696,7 @@ def compare(
         # with pairs as the unit, more rounds stop paying: a re-measure's new set-ups do
         rounded = m > 1 and len(logs) >= max(cfg.rounds_max * n_active, first_target)
         if (spent or rounded) and len(logs) >= 2 * n_active:
-            stop = "budget" if spent else "rounds_max"
+            stop = "budget" if spent else ROUNDS_MAX
             ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
             break
     costs["blocks_s"] = time.perf_counter() - t0
@@ -885,12 +898,17 @@ def _receive_all(
     replies: list[dict[str, Any]] = []
     failures: list[Exception] = []
     for n, side in enumerate(first + then):
+        began = time.perf_counter()
         try:
             if one_at_a_time is not None:
                 side.send(one_at_a_time[n])
             replies.append(side.receive(cmd, timeout_s))
         except (SideError, SideDied, SideTimeout) as exc:
             failures.append(exc)
+        if one_at_a_time is not None:
+            # one by one, a stage's set-up is the sum of these: say where it stands
+            # (LayerNorm's 16 on the H200 logged nothing for 320 s, §15d)
+            log.info("%s %s in %.1f s", side.name, cmd, time.perf_counter() - began)
     if failures:
         raise failures[0]
     return replies[: len(first)], replies[len(first) :]
@@ -910,6 +928,7 @@ def _clusters(pair_of: list[int], placement: list[int], m: int, k: int) -> list[
 __all__ = [
     "PairedConfig",
     "PairedResult",
+    "ROUNDS_MAX",
     "Side",
     "SideDied",
     "SideError",

@@ -18,10 +18,11 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from kernelwatch.kernels.paired import (
+    ROUNDS_MAX,
     UNSTEADY,
     PairedConfig,
     PairedResult,
@@ -148,9 +149,12 @@ def measure_stage(
     attempts = 0
     costs: dict[str, float] = {}
     screened: dict[str, Any] = {"resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": []}
-    for attempt in range(retries + 1):
+    began = time.perf_counter()
+    attempt_cfg = cfg
+    for attempt in range(max(retries + 1, cfg.attempts_max)):
         if attempt and deadline is not None and time.perf_counter() >= deadline:
             break  # the run's GPU budget is spent: the case stays as it is (inconclusive)
+        attempt_began = time.perf_counter()
         if attempt and fresh_processes:
             sides.restart()
         a, b = sides.pair()
@@ -162,7 +166,7 @@ def measure_stage(
         log.info("attempt %d: %d pairs%s", attempts, len(a), " (new processes)" if attempt
                  and fresh_processes else "")  # fmt: skip
         result = compare(
-            a, b, factory, side_params, side_params, with_budget(cfg, budget),
+            a, b, factory, side_params, side_params, with_budget(attempt_cfg, budget),
             first_pair={"check": True}, respawn=sides.respawn,
         )  # fmt: skip
         checked = checked or result
@@ -198,7 +202,19 @@ def measure_stage(
             # all unsteady, 67.7 GPU-s). A burst that only shrinks gets its next attempt
             log.info("unsteady, and the off sides moved between rounds: no new attempt")
             break
-        budget *= 2
+        now = time.perf_counter()
+        kind = next_attempt(attempt + 1, retries, now - began, now - attempt_began, cfg)
+        if kind is None:
+            break
+        if kind == "fixed":
+            budget *= 2
+        else:
+            log.info("short re-measure: %.1f s spent, %.1f s the last attempt",
+                     now - began, now - attempt_began)  # fmt: skip
+        # an attempt that ran into rounds_max showed that more rounds did not pay: the
+        # next one times only ``short_rounds`` and spends the time on its new set-ups
+        rounds_bound = result.stop_reason == ROUNDS_MAX and cfg.short_remeasure_s > 0
+        attempt_cfg = replace(cfg, rounds_max=max(2, cfg.short_rounds)) if rounds_bound else cfg
     result = timed or result
     assert result is not None and checked is not None
     base, cand = correctness_of(checked.info_a), correctness_of(checked.info_b)
@@ -211,6 +227,24 @@ def measure_stage(
         result, attempts, CaseVerdict(result.verdict), accuracy, seed, reliable, throttled,
         base, cand, costs, screened,
     )  # fmt: skip
+
+
+def next_attempt(
+    done: int, retries: int, spent_s: float, last_s: float, cfg: PairedConfig
+) -> str | None:
+    """What follows ``done`` inconclusive attempts: ``"fixed"`` (one of the ``retries``
+    re-measures, twice the budget), ``"short"`` (one more while the stage is cheap,
+    ``PairedConfig.short_remeasure_s``) or None (the stage ends inconclusive).
+
+    A short re-measure must fit: the time spent so far plus one more attempt like the
+    last stays within ``short_remeasure_s``, so a long kernel (whose attempts cost
+    seconds of blocks each) never gets one, and a stage never runs past the cap by
+    more than one attempt's misjudged cost."""
+    if done <= retries:
+        return "fixed"
+    if done >= cfg.attempts_max or cfg.short_remeasure_s <= 0:
+        return None
+    return "short" if spent_s + last_s <= cfg.short_remeasure_s else None
 
 
 def confirmed(first: Outcome, second: Outcome) -> CaseVerdict:
@@ -248,6 +282,7 @@ __all__ = [
     "confirmed",
     "correctness_of",
     "measure_stage",
+    "next_attempt",
     "next_seed",
     "with_budget",
 ]

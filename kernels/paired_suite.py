@@ -16,7 +16,10 @@ candidate/baseline gets an interval and a verdict (``kernels/verdict.py``).
   budget, up to ``--retries`` times, each time set up anew in every side with the
   candidates paired to other baselines (a set-up is the unit of a short kernel's
   offset, which a new one draws again; ``--fresh-processes`` starts new processes
-  instead), and the groups of all its attempts are judged together.
+  instead), and the groups of all its attempts are judged together. Past the
+  ``--retries``, a stage still inconclusive goes on with short attempts (two rounds
+  each) while it has spent less than ``--short-remeasure-s``: only short kernels'
+  attempts are that cheap, and their intervals narrow with set-ups, not blocks.
 - **The screen**: a side of a short (graph-timed) kernel that runs far slower than
   its role's others is set up again before its groups count (``paired.compare``).
 - **A GPU budget** (``--gpu-budget``): cases it leaves unmeasured end
@@ -128,6 +131,10 @@ GPU_PAIRS = 8
 # only for would-block cases (rare), so it can afford to decide more often
 # (tests/kernels/test_verdict_simulation.py: +1 % caught >= 95 % with both stages).
 CONFIRMATION_EXTRA_RETRIES = 2
+# A stage's time for the short re-measures (``PairedConfig.short_remeasure_s``) on a GPU:
+# about 10 more set-ups of 8 pairs for a 16 us GEMM, whose three fixed attempts took
+# 9-14 s on the H200 (2026-12-04)
+SHORT_REMEASURE_S = 30.0
 
 
 class BrokenCase(RuntimeError):
@@ -285,6 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--budget", type=float, default=None, help="seconds of blocks per attempt")
     p.add_argument("--retries", type=int, default=2, help="re-measures of an inconclusive case")
+    p.add_argument(
+        "--short-remeasure-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="after --retries, re-measure a still inconclusive case while its stage has "
+        "spent less than S seconds, next attempt included (cheap attempts only: short "
+        "kernels, whose interval is set by the number of set-ups; default "
+        f"{SHORT_REMEASURE_S:g} on a GPU, 0 (off) on the CPU)",
+    )
     p.add_argument(
         "--placements",
         type=int,
@@ -448,6 +465,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     cfg.screen_tol = args.screen_tol if args.screen_tol is not None else (0.0 if cpu else 0.05)
     cfg.setup_one_at_a_time = args.setup_one_at_a_time
+    short = args.short_remeasure_s
+    cfg.short_remeasure_s = short if short is not None else (0.0 if cpu else SHORT_REMEASURE_S)
     if args.graph_footprint_mb is not None:
         cfg.timer["graph_footprint_bytes"] = int(args.graph_footprint_mb * 2**20)
     began = time.perf_counter()

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ import pytest
 
 from kernelwatch.kernels import paired_stages
 from kernelwatch.kernels.paired import (
+    ROUNDS_MAX,
     UNSTEADY,
     PairedConfig,
     PairedResult,
@@ -31,7 +33,7 @@ from kernelwatch.kernels.paired import (
     _Screen,
     compare,
 )
-from kernelwatch.kernels.paired_stages import measure_stage
+from kernelwatch.kernels.paired_stages import measure_stage, next_attempt
 from kernelwatch.kernels.paired_suite import (
     UNSTEADY_NOTE,
     _candidate_timing,
@@ -328,9 +330,12 @@ def test_a_pool_respawns_only_its_own_sides() -> None:
 
 
 @pytest.mark.parametrize("one_at_a_time", [False, True])
-def test_sides_set_up_one_at_a_time_never_overlap(tmp_path: Path, one_at_a_time: bool) -> None:
+def test_sides_set_up_one_at_a_time_never_overlap(
+    tmp_path: Path, one_at_a_time: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     # the experiment of docs/measurement.md §11: whether a side set up beside 15 others
     # starts slow; by default all sides set up at once (the slowest is the wait)
+    caplog.set_level("INFO", logger="kernelwatch.kernels.paired")
     a = [Side(f"A{i}") for i in range(3)]
     b = [Side(f"B{i}") for i in range(3)]
     try:
@@ -346,6 +351,10 @@ def test_sides_set_up_one_at_a_time_never_overlap(tmp_path: Path, one_at_a_time:
         assert (overlaps == 0) if one_at_a_time else (overlaps >= 3), spans
         # one at a time pays the sum of the set-ups
         assert result.costs["setup_s"] >= 6 * 0.3 or not one_at_a_time, result.costs
+        # one by one, each side's set-up is logged as it ends (§15d: 320 s of silence)
+        each = [r.getMessage() for r in caplog.records if " setup in " in r.getMessage()]
+        assert len(each) == (6 if one_at_a_time else 0), each
+        assert not one_at_a_time or each[0].startswith("B0 setup in ")
     finally:
         for side in a + b:
             side.close()
@@ -599,3 +608,67 @@ def test_a_prewarm_that_fails_or_hangs_loses_no_side(tmp_path: Path) -> None:
         assert 0.5 < result.ratio < 2.0
     finally:
         sides.close()
+
+
+def _set_up_offsets(seed: int, effect: float, sd: float, rounds: int) -> PairedResult:
+    """One attempt of 8 pairs whose every pair carries an offset drawn at its set-up
+    (``sd`` on the log scale) and whose rounds add nothing: the 16 us GEMM of
+    docs/measurement.md §15, whose 48 groups were as wide as 8."""
+    rng = random.Random(seed)
+    pair_logs = [math.log1p(effect) + rng.gauss(0.0, sd) for _ in range(8)]
+    groups = [math.exp(pair_logs[g % 8]) for g in range(8 * rounds)]
+    return PairedResult(
+        ratio=math.nan, ci_low=math.nan, ci_high=math.nan, groups=len(groups),
+        verdict=CaseVerdict.INCONCLUSIVE, stop_reason=ROUNDS_MAX, seconds=0.1,
+        a_median=1e-5, b_median=1e-5, group_ratios=groups,
+        pairs=[g % 8 for g in range(len(groups))], clusters=[g % 8 for g in range(len(groups))],
+        a_blocks=[1e-5] * 2 * len(groups), b_blocks=[1e-5] * 2 * len(groups),
+    )  # fmt: skip
+
+
+def test_a_short_kernel_is_re_measured_in_short_attempts_until_its_set_ups_decide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # +1 % under 1.4 % of set-up offset per pair: three attempts (24 set-ups) leave it
+    # inconclusive; short re-measures (two rounds each, new set-ups) go on while the
+    # stage is cheap, and the pooled set-ups decide it
+    rounds_asked: list[int] = []
+    seeds = itertools.count(100)
+
+    def scripted(*args: Any, **kwargs: Any) -> PairedResult:
+        cfg = args[5]
+        rounds_asked.append(cfg.rounds_max)
+        return _set_up_offsets(next(seeds), 0.01, 0.014, min(cfg.rounds_max, 6))
+
+    monkeypatch.setattr(paired_stages, "compare", scripted)
+    pool = SimpleNamespace(pairs=8, pair=lambda: ([None] * 8, [None] * 8),
+                           replace=lambda names: None, respawn=None)  # fmt: skip
+    fixed = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 2, False, 7)
+    assert fixed.attempts == 3 and fixed.timing == CaseVerdict.INCONCLUSIVE
+    assert rounds_asked == [6, 6, 6]  # off: the old protocol, attempt for attempt
+
+    rounds_asked.clear()
+    seeds = itertools.count(100)
+    cfg = PairedConfig(short_remeasure_s=3600.0, attempts_max=16)
+    short = measure_stage(cast(Any, pool), "f:f", {}, cfg, 2, False, 7)
+    assert short.timing == CaseVerdict.REGRESSION, short.result
+    assert 3 < short.attempts <= 16
+    # the first attempt ran into rounds_max, so every later one timed two rounds
+    assert rounds_asked[0] == 6 and set(rounds_asked[1:]) == {2}
+    assert short.result.groups == 48 + 16 * (short.attempts - 1)  # every attempt pooled
+
+    # an unchanged kernel under the same offsets is decided unchanged, never blocked
+    monkeypatch.setattr(paired_stages, "compare",
+                        lambda *a, **k: _set_up_offsets(next(seeds), 0.0, 0.014, 2))  # fmt: skip
+    same = measure_stage(cast(Any, pool), "f:f", {}, cfg, 2, False, 7)
+    assert same.timing == CaseVerdict.UNCHANGED, same.result
+
+
+def test_a_short_re_measure_must_fit_the_stages_time() -> None:
+    cfg = PairedConfig(short_remeasure_s=30.0, attempts_max=6)
+    assert next_attempt(1, 2, 50.0, 40.0, cfg) == "fixed"  # the fixed ones, whatever the cost
+    assert next_attempt(3, 2, 9.0, 3.0, cfg) == "short"
+    assert next_attempt(3, 2, 28.0, 3.0, cfg) is None  # one more would pass the 30 s
+    assert next_attempt(3, 2, 4.0, 27.0, cfg) is None  # a long kernel's attempt never fits
+    assert next_attempt(6, 2, 1.0, 0.1, cfg) is None  # attempts_max
+    assert next_attempt(3, 2, 1.0, 0.1, PairedConfig()) is None  # off by default
