@@ -4,6 +4,10 @@ Standalone: torch and flashinfer only, no kernelwatch. Run on an H100/H200:
 
     python3 docs/repro/flashinfer_fp8.py            # one JSON line per finding
 
+Measured on the H200 (2026-12-04, docs/measurement.md §15e): finding 1 reads 0.573
+(8/8) and 0.564 (8/2) under FlashInfer 0.5.3 and 0.6.0 alike, digit for digit. The
+sweep over the sequence length after it is not yet measured.
+
 1. ``single_prefill_with_kv_cache`` on e4m3 q/k/v with per-head scales (the convention
    of FlashInfer's own ``tests/attention/test_hopper_fp8_attention.py``: scale =
    amax / 448 per head, x_fp8 = x / scale, ``o_dtype`` 16-bit). kernelwatch measured
@@ -139,6 +143,11 @@ def main() -> None:
     head = {"flashinfer": fi.__version__, "device": torch.cuda.get_device_name()}
     for hk in (8, 2):
         print(json.dumps({**head, "prefill": prefill(fi, 4096, 8, hk)}), flush=True)
+    # the error against the sequence length (same compiled module): if it is the FP8
+    # P.V product (a softmax over n keys puts most probabilities below e4m3's smallest
+    # normal, 2^-6, once n is in the hundreds), it grows with n and is small at n = 64
+    for seq in (64, 256, 1024):
+        print(json.dumps({**head, "prefill": prefill(fi, seq, 8, 8)}), flush=True)
     print(json.dumps({**head, "decode": decode(fi)}), flush=True)
 
 
