@@ -410,11 +410,12 @@ class PairedConfig:
       slowest).
     short_remeasure_s: after the fixed re-measures, a stage still inconclusive measures
       again while it has spent less than this (seconds of wall, the next attempt's
-      expected cost included), up to ``attempts_max`` attempts in all, each with
-      ``short_rounds`` rounds and no larger budget. Only cheap attempts fit, i.e. short
+      expected cost included), up to ``attempts_max`` attempts in all, with no larger
+      budget; with it on, every attempt after one that ran into ``rounds_max`` (the fixed
+      re-measures too) times ``short_rounds`` rounds. Only cheap attempts fit, i.e. short
       kernels, and those are the ones whose interval is set by how many set-ups it has
       seen: on the H200 (2026-12-04, docs/measurement.md §15) a 16 us GEMM's pairs spread
-      by 1.4 % per set-up, an attempt's interval was as wide after 48 groups as after 8,
+      by 0.8-1.0 % per set-up, an attempt's interval was as wide after 48 groups as after 8,
       and a +1 % ended inconclusive in 4 of 9 trials after three attempts. 0: off.
     """
 

@@ -14,12 +14,13 @@ verdict, with the throttle guard; the accuracy verdict from the two checks) for
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
 
 from kernelwatch.kernels.paired import (
     ROUNDS_MAX,
@@ -136,7 +137,9 @@ def measure_stage(
     CUDA contexts each). Every attempt's groups count, each attempt's pairs their own
     units. One throttled block in any attempt, and the stage can at worst be
     inconclusive. ``max_pairs``: measure with the first pairs only (a case whose
-    inputs do not fit every side's memory at once).
+    inputs do not fit every side's memory at once). Past the ``retries``, a stage
+    still inconclusive goes on with short re-measures while they fit its time
+    (``next_attempt``, ``PairedConfig.short_remeasure_s``).
     """
     budget = cfg.budget_s
     logs: list[float] = []
@@ -150,8 +153,8 @@ def measure_stage(
     costs: dict[str, float] = {}
     screened: dict[str, Any] = {"resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": []}
     began = time.perf_counter()
-    attempt_cfg = cfg
-    for attempt in range(max(retries + 1, cfg.attempts_max)):
+    rounds_max = cfg.rounds_max
+    for attempt in itertools.count():  # ``next_attempt`` says when the stage ends
         if attempt and deadline is not None and time.perf_counter() >= deadline:
             break  # the run's GPU budget is spent: the case stays as it is (inconclusive)
         attempt_began = time.perf_counter()
@@ -166,7 +169,8 @@ def measure_stage(
         log.info("attempt %d: %d pairs%s", attempts, len(a), " (new processes)" if attempt
                  and fresh_processes else "")  # fmt: skip
         result = compare(
-            a, b, factory, side_params, side_params, with_budget(attempt_cfg, budget),
+            a, b, factory, side_params, side_params,
+            replace(cfg, budget_s=budget, rounds_max=rounds_max),
             first_pair={"check": True}, respawn=sides.respawn,
         )  # fmt: skip
         checked = checked or result
@@ -214,7 +218,7 @@ def measure_stage(
         # an attempt that ran into rounds_max showed that more rounds did not pay: the
         # next one times only ``short_rounds`` and spends the time on its new set-ups
         rounds_bound = result.stop_reason == ROUNDS_MAX and cfg.short_remeasure_s > 0
-        attempt_cfg = replace(cfg, rounds_max=max(2, cfg.short_rounds)) if rounds_bound else cfg
+        rounds_max = max(2, cfg.short_rounds) if rounds_bound else cfg.rounds_max
     result = timed or result
     assert result is not None and checked is not None
     base, cand = correctness_of(checked.info_a), correctness_of(checked.info_b)
@@ -231,7 +235,7 @@ def measure_stage(
 
 def next_attempt(
     done: int, retries: int, spent_s: float, last_s: float, cfg: PairedConfig
-) -> str | None:
+) -> Literal["fixed", "short"] | None:
     """What follows ``done`` inconclusive attempts: ``"fixed"`` (one of the ``retries``
     re-measures, twice the budget), ``"short"`` (one more while the stage is cheap,
     ``PairedConfig.short_remeasure_s``) or None (the stage ends inconclusive).
@@ -272,10 +276,6 @@ def next_seed(seed: int) -> int:
     return new if new != seed else (seed + 1) % SEED_SPACE
 
 
-def with_budget(cfg: PairedConfig, budget: float) -> PairedConfig:
-    return PairedConfig(**{**asdict(cfg), "budget_s": budget})
-
-
 __all__ = [
     "Outcome",
     "SidePool",
@@ -284,5 +284,4 @@ __all__ = [
     "measure_stage",
     "next_attempt",
     "next_seed",
-    "with_budget",
 ]

@@ -629,7 +629,8 @@ def _set_up_offsets(seed: int, effect: float, sd: float, rounds: int) -> PairedR
 def test_a_short_kernel_is_re_measured_in_short_attempts_until_its_set_ups_decide(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # +1 % under 1.4 % of set-up offset per pair: three attempts (24 set-ups) leave it
+    # +1 % under 1.4 % of set-up offset per pair (wider than the H200's 0.8-1.0 %, so
+    # three attempts surely fail): three attempts (24 set-ups) leave it
     # inconclusive; short re-measures (two rounds each, new set-ups) go on while the
     # stage is cheap, and the pooled set-ups decide it
     rounds_asked: list[int] = []

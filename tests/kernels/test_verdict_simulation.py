@@ -213,7 +213,10 @@ def test_confirmation_needs_two_regressions() -> None:
 # its rounds add nothing (48 groups as wide as 8). Process offsets (±0.3 %, run 11) stay
 # with the processes: across the attempts of a stage, with the candidates rotated
 # against the baselines, and into the confirmation, which runs in the same pool.
-SHORT_ATTEMPTS = 10  # about what the 30 s of short re-measures fit on the H200
+# attempts in a stage of 30 s: derived, not counted. On the H200 the three fixed attempts
+# took 7-15 s and each short one 1.2-2.8 s (§15b's logs), so 30 s fit 8-15 more; no stage
+# there needed more than six
+SHORT_ATTEMPTS = 10
 SHORT_TRIALS = 6000
 
 
