@@ -12,6 +12,13 @@ On a GPU it works like NVIDIA nvbench, tuned for comparing versions:
   ``graph_footprint_bytes`` (1 GiB: many placements averaged in every sample).
 - **CUDA events around each sample**; a sample may be one launch or a CUDA graph
   of N calls (launch-bound kernels, where launch jitter would dominate).
+- **The host's launch is never timed** (``host_guard``): a compute-only spin longer
+  than the host's launch of the call is queued before the start event, and every
+  sample whose start event had already fired when the host finished queueing the
+  call is taken again with a spin twice as long. Without it the cold path timed the
+  flush's end to the kernel's end, and a Python-wrapped kernel whose launch outlasts
+  the flush (Liger's LayerNorm, SDPA's varlen loop) read the host: slower in a busy
+  process, in bursts when the sides set up at once.
 - **Stopping rule**: sample until the 95 % interval of the median is within
   ±``target_rel_ci`` (0.5 %), or the time ``budget_s`` is spent, or
   ``max_samples``; the reason is recorded.
@@ -38,7 +45,7 @@ import torch
 
 from kernelwatch.kernels import stats
 from kernelwatch.kernels.record import TelemetryState, Timing
-from kernelwatch.kernels.spin import iters_for, spin
+from kernelwatch.kernels.spin import iters_for, seconds_per_iter, spin
 from kernelwatch.kernels.telemetry import UNRELIABLE_REASONS, Reading, Telemetry
 
 Inputs = Any
@@ -70,6 +77,41 @@ class TimerConfig:
     max_warmup_s: float = 1.0
     clock_floor: float = 0.75
     batch_s: float = 0.02  # sampling time between telemetry reads
+    # Spin before every start event and take a sample again when the host queued its
+    # call after the start event fired (``HostGuard``). Off reproduces the timer of
+    # 2026-12-04 and before, for the A/B of ``benchmarks/gpu/host_gap.py``.
+    host_guard: bool = True
+    keep_busy_max_s: float = 5e-3  # the spin's cap; past it late samples are kept
+
+
+@dataclass
+class HostGuard:
+    """Keeps the host's launch time out of the samples, or says it could not.
+
+    Each sample reports whether its start event had fired before the host had queued
+    the whole call (``torch.cuda.Event.query`` after the call returns). Such a sample
+    may hold the GPU's wait for the host, so it is dropped and the spin queued before
+    every start event doubles. At the cap (a call that synchronises, or a host slower
+    than ``keep_busy_max_s``) late samples are kept and counted: the timing then
+    includes host time, and ``late_kept`` says so.
+    """
+
+    iters: int
+    max_iters: int
+    retaken: int = 0
+    late_kept: int = 0
+
+    def on_time(self, values: list[float], late: list[bool]) -> list[float]:
+        """The samples to keep; grows the spin when one came late."""
+        n_late = sum(late)
+        if not n_late:
+            return values
+        if self.iters >= self.max_iters:
+            self.late_kept += n_late
+            return values
+        self.retaken += n_late
+        self.iters = min(self.max_iters, 2 * self.iters)
+        return [v for v, was_late in zip(values, late, strict=True) if not was_late]
 
 
 @dataclass
@@ -213,6 +255,7 @@ class _CudaSampler(Sampler):
         self.flush_sink: torch.Tensor | None = None
         self.busy_s, self.busy_iters = 0.0, 0  # sized after warm-up (_size_keep_busy)
         self.copies = 1  # input copies a graph rotates over (_graph_sampler)
+        self.guard = HostGuard(iters=0, max_iters=0)  # sized after warm-up
         start = time.perf_counter()
         per_call, self.steady_mhz = self._warmup()
         self._size_keep_busy()
@@ -227,6 +270,8 @@ class _CudaSampler(Sampler):
             self._sample, self.calls_per_sample = self._graph_sampler(per_call)
         else:
             self._sample, self.calls_per_sample = self._launch_sampler(), 1
+        cap = iters_for(cfg.keep_busy_max_s, device.index or 0)
+        self.guard = HostGuard(iters=min(self.busy_iters, cap), max_iters=cap)
         self.sample_s = per_call * self.calls_per_sample
         self._last: Reading | None = None
 
@@ -239,21 +284,37 @@ class _CudaSampler(Sampler):
             "copies": self.copies,
             "steady_sm_mhz": self.steady_mhz,
             "warmup_s": self.warmup_s,
-            "keep_busy_s": self.busy_s,
+            **self.host_guard_state(),
+        }
+
+    def host_guard_state(self) -> dict[str, Any]:
+        """The spin before each start event now, and the samples the host queued late."""
+        return {
+            "host_guard": self.config.host_guard,
+            "keep_busy_s": (
+                self.guard.iters * seconds_per_iter(self.device.index or 0)
+                if self.config.host_guard
+                else self.busy_s
+            ),
+            "host_late_retaken": self.guard.retaken,
+            "host_late_kept": self.guard.late_kept,
         }
 
     def block(self, n: int) -> list[float]:
-        events = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(n)
-        ]
-        for begin, end in events:
-            self._sample(begin, end)
-        events[-1][1].synchronize()
-        self._last = self.telemetry.read()
-        if self._last is not None:
-            self.readings.append(self._last)
-        return [float(b.elapsed_time(e)) / 1e3 / self.calls_per_sample for b, e in events]
+        out: list[float] = []
+        while len(out) < n:
+            events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(n - len(out))
+            ]
+            late = [self._sample(begin, end) for begin, end in events]
+            events[-1][1].synchronize()
+            self._last = self.telemetry.read()
+            if self._last is not None:
+                self.readings.append(self._last)
+            values = [float(b.elapsed_time(e)) / 1e3 / self.calls_per_sample for b, e in events]
+            out.extend(self.guard.on_time(values, late) if self.config.host_guard else values)
+        return out
 
     def last_clock(self) -> int | None:
         return self._last.sm_mhz if self._last is not None else None
@@ -325,6 +386,7 @@ class _CudaSampler(Sampler):
         if low_clock_only or discarded > 0.2 * (len(kept) + discarded):
             reliable = False
         tele["reliable"] = reliable
+        tele.update(self.host_guard_state())
         return Measurement(timing=timing, telemetry=tele, reliable=reliable)
 
     # -- warm-up ---------------------------------------------------------------------
@@ -393,9 +455,14 @@ class _CudaSampler(Sampler):
         Without it, on an idle GPU the start event fires at once and the kernel
         arrives later: the sample times the launch latency (seen on the H200: an
         8 MB op read 23 us "warm" and 7 us after a flush kernel). The work is a
-        compute-only spin (``kernels/spin.py``), so a warm L2 stays warm.
+        compute-only spin (``kernels/spin.py``), so a warm L2 stays warm and a
+        flushed one stays cold. Its length is the guard's (``HostGuard``).
         """
-        spin(self.busy_iters, self.device)
+        spin(self.guard.iters if self.config.host_guard else self.busy_iters, self.device)
+
+    def _late(self, begin: torch.cuda.Event) -> bool:
+        """The start event had fired before the host finished queueing the call."""
+        return self.config.host_guard and bool(begin.query())
 
     def _size_keep_busy(self) -> None:
         """Spin for 3x the host's launch time of one call (+20 us), 30 us to 2 ms."""
@@ -408,23 +475,25 @@ class _CudaSampler(Sampler):
         self.busy_s = min(2e-3, max(30e-6, 3 * stats.median(host) + 20e-6))
         self.busy_iters = iters_for(self.busy_s, self.device.index or 0)
 
-    def _launch_sampler(self) -> Callable[[torch.cuda.Event, torch.cuda.Event], None]:
-        cold = self.config.cold_l2
+    def _launch_sampler(self) -> Callable[[torch.cuda.Event, torch.cuda.Event], bool]:
+        cold, guard = self.config.cold_l2, self.config.host_guard
 
-        def sample(begin: torch.cuda.Event, end: torch.cuda.Event) -> None:
+        def sample(begin: torch.cuda.Event, end: torch.cuda.Event) -> bool:
             if cold:
                 self._flush()
-            else:
+            if guard or not cold:  # before the guard, the cold path trusted the flush
                 self._keep_busy()
             begin.record()
             self.call(self.inputs)
+            late = self._late(begin)
             end.record()
+            return late
 
         return sample
 
     def _graph_sampler(
         self, per_call: float
-    ) -> tuple[Callable[[torch.cuda.Event, torch.cuda.Event], None], int]:
+    ) -> tuple[Callable[[torch.cuda.Event, torch.cuda.Event], bool], int]:
         cfg = self.config
         copies = [self.inputs]
         if cfg.cold_l2:
@@ -448,11 +517,13 @@ class _CudaSampler(Sampler):
                 self.call(copies[i % len(copies)])
         torch.cuda.synchronize(self.device)
 
-        def sample(begin: torch.cuda.Event, end: torch.cuda.Event) -> None:
+        def sample(begin: torch.cuda.Event, end: torch.cuda.Event) -> bool:
             self._keep_busy()
             begin.record()
             graph.replay()
+            late = self._late(begin)
             end.record()
+            return late
 
         return sample, calls
 

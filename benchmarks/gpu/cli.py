@@ -65,6 +65,7 @@ def commands() -> dict[str, ModuleType]:
         cutlass_dsl,
         fleet,
         gputests,
+        host_gap,
         libraries,
         liger,
         liger_replay,
@@ -81,7 +82,7 @@ def commands() -> dict[str, ModuleType]:
 
     mods = (
         prelude, gputests, measure, paired, states, suite_aa, power, libraries, bisect, fleet,
-        cards,
+        cards, host_gap,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
         liger, liger_replay, service,
     )  # fmt: skip

@@ -54,6 +54,35 @@ def test_warm_l2_is_an_option() -> None:
     assert warm.median < 0.9 * cold.median  # inputs served from L2 when warm
 
 
+def test_a_slow_host_launch_is_not_timed_with_the_kernel() -> None:
+    """A call whose host side outlasts the L2 flush (a Python wrapper) reads its kernel.
+
+    Without the host guard the start event fired after the flush and the kernel came
+    only when the host had queued it: the sample held the host's 300 us.
+    """
+    import time
+
+    x = torch.randn(64 * 2**20, device="cuda")  # 256 MB: a sum of ~70 us, timed per launch
+    sink = torch.empty((), device="cuda")
+
+    def kernel(i: torch.Tensor) -> None:
+        torch.sum(i, dim=0, out=sink)
+
+    def slow_host(i: torch.Tensor) -> None:
+        end = time.perf_counter() + 300e-6
+        while time.perf_counter() < end:
+            pass
+        kernel(i)
+
+    plain = measure(kernel, x, TimerConfig(budget_s=0.5, cuda_graph=False))
+    slow = measure(slow_host, x, TimerConfig(budget_s=0.5, cuda_graph=False))
+    unguarded = measure(slow_host, x, TimerConfig(budget_s=0.5, cuda_graph=False, host_guard=False))
+    assert slow.timing.median == pytest.approx(plain.timing.median, rel=0.05)
+    assert slow.telemetry["host_late_kept"] == 0
+    assert slow.telemetry["keep_busy_s"] > 300e-6
+    assert unguarded.timing.median > 1.5 * plain.timing.median  # what the guard removes
+
+
 def test_peak_probe_measures_plausible_ceilings() -> None:
     peaks = probe(torch.device("cuda"), repeats=5)
     assert 1000 < peaks["copy_gbps"] < 10000

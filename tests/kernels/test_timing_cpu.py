@@ -5,7 +5,7 @@ import math
 import torch
 
 from kernelwatch.kernels import stats
-from kernelwatch.kernels.timing import TimerConfig, measure
+from kernelwatch.kernels.timing import HostGuard, TimerConfig, measure
 
 
 def test_host_timer_keeps_every_sample_and_reports_why_it_stopped() -> None:
@@ -57,3 +57,17 @@ def test_batch_interval_widens_for_drifting_samples() -> None:
     assert stats.batch_rel_half_width(steady) < 0.005
     assert stats.batch_rel_half_width(drifting) > 3 * stats.batch_rel_half_width(steady)
     assert stats.batch_rel_half_width([1.0] * 10) == math.inf  # too few for 8 batches
+
+
+def test_host_guard_retakes_late_samples_with_a_longer_spin_until_its_cap() -> None:
+    guard = HostGuard(iters=100, max_iters=400)
+    assert guard.on_time([1.0, 2.0], [False, False]) == [1.0, 2.0]
+    assert guard.iters == 100 and guard.retaken == 0
+    # a late sample is dropped and the spin doubles
+    assert guard.on_time([1.0, 9.0, 1.1], [False, True, False]) == [1.0, 1.1]
+    assert (guard.iters, guard.retaken) == (200, 1)
+    assert guard.on_time([9.0], [True]) == []
+    assert (guard.iters, guard.retaken) == (400, 2)
+    # at the cap nothing is gained by waiting longer: late samples are kept and counted
+    assert guard.on_time([9.0, 1.0], [True, False]) == [9.0, 1.0]
+    assert (guard.iters, guard.retaken, guard.late_kept) == (400, 2, 1)
