@@ -74,10 +74,20 @@ def write_conf(
 # spin should add and still be read as the spin's cost in the comparison; further off it
 # is a comparison gone wrong (an inconclusive case, a failed side), not a spin's cost
 PROBE_PLAUSIBLE = (0.5, 2.0)
+# a probe's interval may be this wide (half-width over the measured effect) and still
+# size a +1 %: within it, the injection lies within ±25 % of its nominal size. The
+# H200's probes read 3-14 % (2026-12-04); FlashInfer decode's read +7.4 % [0.6, 14.7 %]
+# (95 %) when one attempt of three pooled sides in the fresh-process state, and the
+# "+1 %" it sized measured +1.7 %.
+PROBE_MAX_REL_HALF_WIDTH = 0.25
 
 
 def comparison_sized_extra(
-    pct: float, probe_pct: float, probe_extra: int, probe_ratio: float | None
+    pct: float,
+    probe_pct: float,
+    probe_extra: int,
+    probe_ratio: float | None,
+    probe_ci: tuple[float | None, float | None] = (None, None),
 ) -> tuple[int, str]:
     """The extra spin iterations worth ``pct`` % in the gate's own comparison, or 0, and why.
 
@@ -88,7 +98,9 @@ def comparison_sized_extra(
     On the H200 (2026-12-04) a slope-sized "+1 %" on a 16 us GEMM measured +1.37 %: the
     suite's timer read the baseline 4.7 % slower than the comparison, and there the spin
     cost 219 ns where its slope said 167. A ratio outside ``PROBE_PLAUSIBLE`` of the
-    probe's own nominal size is no such reading: 0, sized by the slope as before.
+    probe's own nominal size is no such reading, nor is one whose interval
+    ``probe_ci`` is wider than ``PROBE_MAX_REL_HALF_WIDTH`` of its effect: 0, sized by
+    the slope as before.
     """
     if probe_extra <= 0:
         return 0, "the probe side logged no injection: sized by the slope"
@@ -101,6 +113,14 @@ def comparison_sized_extra(
             f"the probe measured {measured_pct:+.2f} % for a nominal +{probe_pct:g} %, "
             "not the spin's cost: sized by the slope"
         )
+    low_ci, high_ci = probe_ci
+    if low_ci is not None and high_ci is not None:
+        spread = (high_ci - low_ci) / 2 / (probe_ratio - 1)
+        if not spread <= PROBE_MAX_REL_HALF_WIDTH:
+            return 0, (
+                f"the probe measured {measured_pct:+.2f} % within ±{100 * spread:.0f} % of "
+                "itself, too wide to size by: sized by the slope"
+            )
     extra = max(1, round(probe_extra * pct / measured_pct))
     return extra, f"probe: {probe_extra} iterations measured {measured_pct:+.2f} %"
 

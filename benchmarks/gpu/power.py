@@ -280,8 +280,9 @@ def _probe_size(
     ratio = paired.get("ratio")
     rows = [r for r in host.read_jsonl(log) if r.get("pct") and "reused" not in r]
     probe_extra = int(rows[0]["extra_iters"]) if rows else 0
+    ci = (paired.get("ci_low"), paired.get("ci_high"))
     sized, why = comparison_sized_extra(
-        args.pct, args.probe_pct, probe_extra, float(ratio) if ratio is not None else None
+        args.pct, args.probe_pct, probe_extra, float(ratio) if ratio is not None else None, ci
     )
     return {"probe_pct": args.probe_pct, "probe_extra_iters": probe_extra,
             "probe_ratio": ratio, "probe_ci": [paired.get("ci_low"), paired.get("ci_high")],

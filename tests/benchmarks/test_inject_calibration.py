@@ -334,6 +334,17 @@ def test_a_probe_comparison_sizes_the_injection_where_the_gate_times_it() -> Non
     assert "not the spin's cost" in inject.comparison_sized_extra(1.0, 10.0, 480, 1.003)[1]
 
 
+def test_a_probe_too_wide_to_size_by_leaves_the_size_to_the_slope() -> None:
+    """H200, 2026-12-04: decode's probe read +7.42 % [+0.55, +14.75 %] and sized a
+    "+1 %" that measured +1.7 %; the 12 us GEMM's probes read within ±3-14 % of
+    their effect and sized +1.00-1.01 %."""
+    wide = inject.comparison_sized_extra(1.0, 10.0, 800, 1.0742, (1.0055, 1.1475))
+    assert wide[0] == 0 and "too wide" in wide[1]
+    assert inject.comparison_sized_extra(1.0, 10.0, 470, 1.1044, (1.0984, 1.1105))[0] == 45
+    # an interval that is not known does not stop the probe from sizing
+    assert inject.comparison_sized_extra(1.0, 10.0, 470, 1.1044, (None, 1.2))[0] == 45
+
+
 def test_a_size_the_comparison_measured_is_injected_and_the_slope_still_logged(
     quiet_gpu: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
