@@ -106,12 +106,16 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
             elif cmd == "block":
                 assert samplers, "block before setup"
                 chosen = samplers[int(msg.get("placement", 0)) % len(samplers)]
+                before = chosen.host_guard_state()
                 values = chosen.block(int(msg["samples"]))
+                after = chosen.host_guard_state()
                 reply = {
                     "ok": True,
                     "values": values,
                     "clock": chosen.last_clock(),
                     "reasons": chosen.last_reasons(),
+                    # samples of this block the host queued late (retaken, kept anyway)
+                    "host_late": [int(after.get(k, 0)) - int(before.get(k, 0)) for k in _HOST_LATE],
                 }
             elif cmd == "quit":
                 reply = {"ok": True}
@@ -130,6 +134,7 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
 
 
 _DEVICE: dict[str, Any] = {}
+_HOST_LATE = ("host_late_retaken", "host_late_kept")  # timing.HostGuard's counts
 
 
 def _hello() -> dict[str, Any]:
@@ -468,6 +473,10 @@ class PairedResult:
     # telemetry.blocks_reliable over the blocks: one throttled block, no regression
     reliable: bool = True
     throttled_blocks: int = 0
+    # samples of the timed blocks whose host queued the call after the start event
+    # fired (``timing.HostGuard``): taken again, or kept at the spin's cap
+    host_late_retaken: int = 0
+    host_late_kept: int = 0
     # where the time went (seconds): setup_s (wall until every side was set up),
     # setup_side_s / check_s (the slowest side's set-up and correctness check),
     # screen_s (warm-up blocks and set-ups again), blocks_s (the timed groups)
@@ -652,6 +661,7 @@ def compare(
     b_meds: list[float] = []
     block_clocks: list[int | None] = []
     block_reasons: list[list[str]] = []
+    host_late = [0, 0]  # retaken, kept late
     reliability = blocks_reliable([])
     stop = "groups_max"
     verdict, ratio, lo, hi = CaseVerdict.INCONCLUSIVE, math.nan, math.nan, math.nan
@@ -684,6 +694,9 @@ def compare(
         for r in (ra1, rb1, rb2, ra2):
             block_clocks.append(r.get("clock"))
             block_reasons.append(list(r.get("reasons") or []))
+            retaken, kept = r.get("host_late") or (0, 0)
+            host_late[0] += int(retaken)
+            host_late[1] += int(kept)
         reliability = blocks_reliable(block_clocks, block_reasons)
         clusters = _clusters(pair_of, placement, m, k)
         if len(logs) >= target:
@@ -728,6 +741,8 @@ def compare(
         block_reasons=block_reasons,
         reliable=reliability.reliable,
         throttled_blocks=len(reliability.throttled),
+        host_late_retaken=host_late[0],
+        host_late_kept=host_late[1],
         costs=costs,
         screen=screen.rows,
         resetups=screen.resetups,

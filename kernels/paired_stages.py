@@ -109,6 +109,8 @@ class Outcome:
             respawns=int(self.screen.get("respawns", 0)),
             excluded_pairs=int(self.screen.get("excluded_pairs", 0)),
             screen=list(self.screen.get("rows", [])),
+            host_late_retaken=int(self.screen.get("host_late_retaken", 0)),
+            host_late_kept=int(self.screen.get("host_late_kept", 0)),
         )
 
 
@@ -151,7 +153,10 @@ def measure_stage(
     timed: PairedResult | None = None  # the last attempt that timed groups
     attempts = 0
     costs: dict[str, float] = {}
-    screened: dict[str, Any] = {"resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": []}
+    screened: dict[str, Any] = {
+        "resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": [],
+        "host_late_retaken": 0, "host_late_kept": 0,
+    }  # fmt: skip
     began = time.perf_counter()
     rounds_max = cfg.rounds_max
     for attempt in itertools.count():  # ``next_attempt`` says when the stage ends
@@ -180,6 +185,8 @@ def measure_stage(
         screened["respawns"] += result.respawns
         screened["excluded_pairs"] += len(result.excluded_pairs)
         screened["rows"] += result.screen
+        screened["host_late_retaken"] += result.host_late_retaken
+        screened["host_late_kept"] += result.host_late_kept
         if result.sick:  # the screen's sick processes do not measure the next case
             sides.replace(result.sick)
         reliable = reliable and result.reliable

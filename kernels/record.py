@@ -162,6 +162,10 @@ class PairedStage:
     respawns: int = 0
     excluded_pairs: int = 0
     screen: list[dict[str, Any]] = field(default_factory=list)
+    # timed samples the host queued after their start event fired (timing.HostGuard):
+    # taken again with a longer spin, or kept at the spin's cap (host time inside)
+    host_late_retaken: int = 0
+    host_late_kept: int = 0
 
 
 @dataclass

@@ -186,6 +186,10 @@ class Sampler:
     def describe(self) -> dict[str, Any]:
         return {"sample_s": self.sample_s, "calls_per_sample": self.calls_per_sample}
 
+    def host_guard_state(self) -> dict[str, Any]:
+        """The host guard's counts so far (``HostGuard``); none off-GPU."""
+        return {}
+
 
 def make_sampler(call: Call, inputs: Inputs, config: TimerConfig | None = None) -> Sampler:
     """Warm up and prepare sampling of ``call(inputs)`` on the inputs' device."""

@@ -126,6 +126,8 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
                 "resetups": stage1.get("resetups", 0),
                 "respawns": stage1.get("respawns", 0),
                 "excluded_pairs": stage1.get("excluded_pairs", 0),
+                # timed samples whose host queued the call late (timing.HostGuard)
+                "host_late": [stage1.get("host_late_retaken", 0), stage1.get("host_late_kept", 0)],
                 "screen": stage1.get("screen", []),
                 "group_ratios": paired.get("group_ratios", []),
                 "group_pairs": paired.get("group_pairs", []),
@@ -259,7 +261,9 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         table.append(
             f"screen: {sum(c['resetups'] for c in every)} sides set up again "
             f"({sum(c['respawns'] for c in every)} in a new process), "
-            f"{sum(c['excluded_pairs'] for c in every)} pairs left out"
+            f"{sum(c['excluded_pairs'] for c in every)} pairs left out; samples the host "
+            f"queued late: {sum(c['host_late'][0] for c in every)} retaken, "
+            f"{sum(c['host_late'][1] for c in every)} kept at the spin's cap"
         )
     for n in range(args.passes):
         price = pr_price([r for r in results if r["pass"] == n + 1])

@@ -138,3 +138,17 @@ def test_closing_does_not_wait_on_sides_that_never_read_their_quit(tmp_path: Pat
     sides.close(grace_s=1.0)
     assert time.monotonic() - t0 < 5  # one shared second, not 6 x 10 s
     assert all(not s.alive() for group in sides.sides.values() for s in group)
+
+
+def test_a_sides_block_reply_says_how_many_samples_its_host_queued_late() -> None:
+    # the host timer has no guard: none late, and the reply says so for every block
+    side = Side("A")
+    try:
+        setup = side.ask({"cmd": "setup", "factory": FACTORY, "params": {"n": 32},
+                          "timer": {"min_warmup_s": 0.01}})  # fmt: skip
+        assert setup["ok"], setup
+        reply = side.ask({"cmd": "block", "samples": 3})
+        assert reply["ok"] and len(reply["values"]) == 3
+        assert reply["host_late"] == [0, 0]
+    finally:
+        side.close()

@@ -237,6 +237,33 @@ def test_an_unsteady_re_measure_keeps_the_groups_timed_before_it(
     assert _candidate_timing(attempt([], UNSTEADY)) is None
 
 
+def test_a_stage_counts_the_samples_its_sides_queued_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the host guard's counts travel from each block through the comparison into the
+    # stage's record: on the H200 (2026-12-04) the sides reported them only at set-up,
+    # before any sample, so the pool's varlen prefill could not say whether its sides
+    # were late
+    def attempt(retaken: int, kept: int) -> PairedResult:
+        groups = [1.03, 0.97, 1.04, 0.96] * 2
+        return PairedResult(
+            ratio=math.nan, ci_low=math.nan, ci_high=math.nan, groups=8,
+            verdict=CaseVerdict.INCONCLUSIVE, stop_reason="rounds_max", seconds=0.1,
+            a_median=1e-3, b_median=1e-3, group_ratios=groups, pairs=[g % 4 for g in range(8)],
+            clusters=[g % 4 for g in range(8)], a_blocks=[1e-3] * 16, b_blocks=[1e-3] * 16,
+            host_late_retaken=retaken, host_late_kept=kept,
+        )  # fmt: skip
+
+    script = iter([attempt(3, 1), attempt(2, 0)])
+    monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
+    pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
+                           replace=lambda names: None, respawn=None)  # fmt: skip
+    outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 1, False, 7)
+    stage = outcome.section()
+    assert outcome.attempts == 2
+    assert (stage.host_late_retaken, stage.host_late_kept) == (5, 1)
+
+
 class _LevelledSide:
     """A side whose blocks read ``levels[name][round]``: the screen's view of a side,
     without a process (``_Screen`` asks only for blocks)."""
