@@ -63,7 +63,7 @@ def test_host_guard_retakes_late_samples_with_a_longer_spin_until_its_cap() -> N
     guard = HostGuard(iters=100, max_iters=400)
     assert guard.on_time([1.0, 2.0], [False, False]) == [1.0, 2.0]
     assert guard.iters == 100 and guard.retaken == 0
-    # a late sample is dropped and the spin doubles
+    # a late sample is dropped, and one late in three is systematic: the spin doubles
     assert guard.on_time([1.0, 9.0, 1.1], [False, True, False]) == [1.0, 1.1]
     assert (guard.iters, guard.retaken) == (200, 1)
     assert guard.on_time([9.0], [True]) == []
@@ -71,3 +71,15 @@ def test_host_guard_retakes_late_samples_with_a_longer_spin_until_its_cap() -> N
     # at the cap nothing is gained by waiting longer: late samples are kept and counted
     assert guard.on_time([9.0, 1.0], [True, False]) == [9.0, 1.0]
     assert (guard.iters, guard.retaken, guard.late_kept) == (400, 2, 1)
+
+
+def test_a_lone_late_sample_is_taken_again_without_lengthening_every_later_spin() -> None:
+    # a host hiccup (one late sample in a batch of 16) is no reason to make every
+    # later sample wait longer, nor, at the cap, to keep the host's time
+    values, late = [1.0] * 15 + [9.0], [False] * 15 + [True]
+    guard = HostGuard(iters=100, max_iters=400)
+    assert guard.on_time(values, late) == [1.0] * 15
+    assert (guard.iters, guard.retaken) == (100, 1)
+    capped = HostGuard(iters=400, max_iters=400)
+    assert capped.on_time(values, late) == [1.0] * 15
+    assert (capped.retaken, capped.late_kept) == (1, 0)
