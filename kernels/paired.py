@@ -89,6 +89,7 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                     msg.get("params", {}),
                     TimerConfig(**msg.get("timer", {})),
                     int(msg.get("placements", 1)),
+                    new_placement=bool(msg.get("new_placement", False)),
                 )
                 reply = {
                     "ok": True,
@@ -187,8 +188,16 @@ def _setup(
     params: dict[str, Any],
     timer: TimerConfig,
     placements: int,
+    new_placement: bool = False,
 ) -> tuple[list[Sampler], list[Any], dict[str, Any]]:
     """Build the case ``placements`` times, each behind a padding allocation of random size.
+
+    The first instance sits where the allocator puts it, unless ``new_placement`` asks
+    for a pad before it too: the screen's set-up again of an off side. Without one the
+    allocator (and, in a new process, the driver) hands the inputs the memory the off
+    set-up had just freed. On the H200 (2026-12-04, docs/measurement.md §16f) FlashInfer
+    decode's off sides stayed +24-29 % slow in the same slots through set-ups again and
+    new processes, as a placement that is drawn again the same way would.
 
     Only the first instance warms the clocks up; the others find them warm. A factory
     may return ``(call, inputs, info)``: the first instance's ``info`` (a JSON object,
@@ -208,7 +217,7 @@ def _setup(
     info: dict[str, Any] = {}
     # placement is a GPU memory effect: on the CPU path one instance is the case
     for i in range(max(1, placements if cuda else 1)):
-        if i and cuda:  # 2 MB granules: the allocator's and the GPU's large-page size
+        if (i or new_placement) and cuda:  # 2 MB granules: the allocator's and large pages
             pads.append(torch.empty(rng.randint(1, 256) * 2**21, dtype=torch.uint8, device="cuda"))
         cfg = timer if i == 0 else replace(timer, min_warmup_s=0.0, max_warmup_s=0.03)
         built = factory(**params)
@@ -646,8 +655,10 @@ def compare(
             screen.respawns += len(renew)
         cands = [roles["B"][i] for role, i, _ in batch if role == "B"]
         bases = [roles["A"][i] for role, i, _ in batch if role == "A"]
-        asks = [{**setup, "params": params_b}] * len(cands)
-        asks += [{**setup, "params": params_a}] * len(bases)
+        # a new placement too: the allocator (and a new process, the driver) would put
+        # the inputs back into the memory the off set-up just freed
+        asks = [{**setup, "params": params_b, "new_placement": True}] * len(cands)
+        asks += [{**setup, "params": params_a, "new_placement": True}] * len(bases)
         _set_up(cands, bases, asks, cfg)
         log.info("set %d sides up again in %.1f s", len(batch), time.perf_counter() - began)
 

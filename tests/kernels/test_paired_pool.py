@@ -264,6 +264,43 @@ def test_a_stage_counts_the_samples_its_sides_queued_late(
     assert (stage.host_late_retaken, stage.host_late_kept) == (5, 1)
 
 
+class _PlacedSide:
+    """A side whose blocks are slow until a set-up draws a new placement: what the
+    screen's set-up again must ask for (FlashInfer decode on the H200, 2026-12-04: the
+    same slots stayed off through set-ups again and new processes)."""
+
+    def __init__(self, name: str, slow: bool) -> None:
+        self.name, self.slow, self.setups, self.last = name, slow, [], {}
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.last = msg
+        if msg["cmd"] == "setup":
+            self.setups.append(msg)
+            if msg.get("new_placement"):
+                self.slow = False
+
+    def receive(self, cmd: str, timeout: float | None = None) -> dict[str, Any]:
+        if cmd == "setup":
+            return {"ok": True, "sample_s": 1e-3, "placements": 1, "setup_s": 0.0}
+        jitter = [1.0, 1.001, 0.999]
+        return {"ok": True, "values": [(1.3 if self.slow else 1.0) * 1e-3 * j for j in jitter]}
+
+    def ask(self, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        self.send(msg)
+        return self.receive(msg["cmd"], timeout)
+
+
+def test_a_side_set_up_again_draws_a_new_placement() -> None:
+    a = [_PlacedSide(f"A{i}", slow=i == 0) for i in range(4)]
+    b = [_PlacedSide(f"B{i}", slow=False) for i in range(4)]
+    cfg = PairedConfig(budget_s=5.0, screen_tol=0.05)
+    result = compare(cast(Any, a), cast(Any, b), "f:f", {}, {}, cfg)
+    assert result.resetups == 1 and result.respawns == 0 and result.excluded_pairs == []
+    assert [bool(m.get("new_placement")) for m in a[0].setups] == [False, True]
+    assert all(len(side.setups) == 1 for side in a[1:] + b)  # the first set-up as it was
+    assert result.verdict == CaseVerdict.UNCHANGED
+
+
 class _LevelledSide:
     """A side whose blocks read ``levels[name][round]``: the screen's view of a side,
     without a process (``_Screen`` asks only for blocks)."""
