@@ -44,6 +44,7 @@ def chained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]
         "prelude",
         "+", "gputests", "--file", "tests/kernels/test_gpu_kernels.py",
         "+", "paired", "--trials", "2", "--condition", "+2%", "--condition", "A/A",
+        "+", "host-gap", "--burners", "1", "--rounds", "1", "--budget-s", "0.1",
         "+", "suite-aa", "--suite", "gemm", "--", "--budget", "0.2", "--retries", "0",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -64,15 +65,19 @@ def test_every_sub_command_writes_its_json_and_the_logs_travel_as_one_file(
     files = sorted(p.name for p in out.iterdir())
     # a device call returns at most 8 files: one JSON per sub-command and one archive
     assert all(p.is_file() for p in out.iterdir())
-    assert files == ["gputests.json", "logs.tgz", "paired.json", "prelude.json", "suite-aa.json"]
+    assert files == [
+        "gputests.json", "host-gap.json", "logs.tgz", "paired.json", "prelude.json",
+        "suite-aa.json",
+    ]  # fmt: skip
     with tarfile.open(out / "logs.tgz") as tar:
         names = tar.getnames()
     assert "logs/gputests/gputests.xml" in names
     assert any(n.startswith("logs/suite-aa/gemm-torch-pass1.jsonl") for n in names)
     # the short tables come last, in the order of the chain
     tail = stdout[stdout.index("== prelude") :]
-    assert tail.index("== gputests") < tail.index("== paired") < tail.index("== suite-aa")
-    assert tail.rstrip().splitlines()[-1].startswith("4 sub-command(s) in")
+    assert tail.index("== gputests") < tail.index("== paired") < tail.index("== host-gap")
+    assert tail.index("== host-gap") < tail.index("== suite-aa")
+    assert tail.rstrip().splitlines()[-1].startswith("5 sub-command(s) in")
     assert sum(_doc(out, n)["seconds"] for n in ("prelude", "paired", "suite-aa")) < wall
 
 
@@ -145,6 +150,19 @@ def test_suite_aa_counts_verdicts_and_wall_seconds_per_case(
     # each case's price and where it went, from its record (PairedSection.gpu_s / cost)
     assert all(c["cost"]["wall_s"] == pytest.approx(c["wall_s"], abs=0.01) for c in cases)
     assert set(suite["cost_median"]) == set(suite_aa.COSTS)
+
+
+def test_host_gap_times_each_case_with_the_guard_off_and_on_idle_and_loaded(
+    chained: tuple[Path, str, float],
+) -> None:
+    res = _doc(chained[0], "host-gap")["result"]
+    assert res["burners"] == 1
+    (target,) = res["targets"]
+    assert target["rc"] == 0 and not target["timed_out"]
+    seen = {(row["load"], row["guard"]) for row in target["rows"]}
+    assert seen == {(0, False), (0, True), (1, False), (1, True)}
+    assert all(row["median_s"] > 0 and row["host_launch_s"] > 0 for row in target["rows"])
+    assert "off/on" in chained[1]  # the table printed at the end
 
 
 def test_a_deadline_already_past_starts_no_trial(tmp_path: Path) -> None:
