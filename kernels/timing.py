@@ -15,7 +15,8 @@ On a GPU it works like NVIDIA nvbench, tuned for comparing versions:
 - **The host's launch is never timed** (``host_guard``): a compute-only spin longer
   than the host's launch of the call is queued before the start event, and every
   sample whose start event had already fired when the host finished queueing the
-  call is taken again with a spin twice as long. Without it the cold path timed the
+  call is taken again (the spin doubles when such samples are more than a lone
+  hiccup; ``HostGuard``). Without it the cold path timed the
   flush's end to the kernel's end, and a Python-wrapped kernel whose launch outlasts
   the flush (Liger's LayerNorm, SDPA's varlen loop) read the host: slower in a busy
   process, in bursts when the sides set up at once.
