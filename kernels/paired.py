@@ -107,16 +107,16 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
             elif cmd == "block":
                 assert samplers, "block before setup"
                 chosen = samplers[int(msg.get("placement", 0)) % len(samplers)]
-                before = chosen.host_guard_state()
+                before = chosen.late_samples()
                 values = chosen.block(int(msg["samples"]))
-                after = chosen.host_guard_state()
+                after = chosen.late_samples()
                 reply = {
                     "ok": True,
                     "values": values,
                     "clock": chosen.last_clock(),
                     "reasons": chosen.last_reasons(),
                     # samples of this block the host queued late (retaken, kept anyway)
-                    "host_late": [int(after.get(k, 0)) - int(before.get(k, 0)) for k in _HOST_LATE],
+                    "host_late": [n - m for n, m in zip(after, before, strict=True)],
                 }
             elif cmd == "quit":
                 reply = {"ok": True}
@@ -135,7 +135,6 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
 
 
 _DEVICE: dict[str, Any] = {}
-_HOST_LATE = ("host_late_retaken", "host_late_kept")  # timing.HostGuard's counts
 
 
 def _hello() -> dict[str, Any]:

@@ -77,6 +77,8 @@ class Outcome:
     # seconds by where they went, summed over the stage's attempts (PairedResult.costs)
     costs: dict[str, float] = field(default_factory=dict)
     screen: dict[str, Any] = field(default_factory=dict)
+    # timed samples the host queued late over the stage's attempts: retaken, kept
+    host_late: tuple[int, int] = (0, 0)
 
     @property
     def verdict(self) -> CaseVerdict:
@@ -109,8 +111,8 @@ class Outcome:
             respawns=int(self.screen.get("respawns", 0)),
             excluded_pairs=int(self.screen.get("excluded_pairs", 0)),
             screen=list(self.screen.get("rows", [])),
-            host_late_retaken=int(self.screen.get("host_late_retaken", 0)),
-            host_late_kept=int(self.screen.get("host_late_kept", 0)),
+            host_late_retaken=self.host_late[0],
+            host_late_kept=self.host_late[1],
         )
 
 
@@ -153,10 +155,8 @@ def measure_stage(
     timed: PairedResult | None = None  # the last attempt that timed groups
     attempts = 0
     costs: dict[str, float] = {}
-    screened: dict[str, Any] = {
-        "resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": [],
-        "host_late_retaken": 0, "host_late_kept": 0,
-    }  # fmt: skip
+    screened: dict[str, Any] = {"resetups": 0, "respawns": 0, "excluded_pairs": 0, "rows": []}
+    host_late = (0, 0)
     began = time.perf_counter()
     rounds_max = cfg.rounds_max
     for attempt in itertools.count():  # ``next_attempt`` says when the stage ends
@@ -185,8 +185,7 @@ def measure_stage(
         screened["respawns"] += result.respawns
         screened["excluded_pairs"] += len(result.excluded_pairs)
         screened["rows"] += result.screen
-        screened["host_late_retaken"] += result.host_late_retaken
-        screened["host_late_kept"] += result.host_late_kept
+        host_late = (host_late[0] + result.host_late_retaken, host_late[1] + result.host_late_kept)
         if result.sick:  # the screen's sick processes do not measure the next case
             sides.replace(result.sick)
         reliable = reliable and result.reliable
@@ -236,7 +235,7 @@ def measure_stage(
     )
     return Outcome(
         result, attempts, CaseVerdict(result.verdict), accuracy, seed, reliable, throttled,
-        base, cand, costs, screened,
+        base, cand, costs, screened, host_late,
     )  # fmt: skip
 
 

@@ -97,9 +97,10 @@ class HostGuard:
     may hold the GPU's wait for the host, so it is dropped and taken again. When more
     than one sample in ``SYSTEMATIC`` of a batch came late, the spin queued before every
     start event doubles; a lone late sample (a host hiccup) is only taken again, since
-    every later sample would pay a longer spin (on the H200, 2026-12-04, hiccups grew a
-    4096^3 GEMM's spin from 83 to 500-760 us, and the gemm suite's blocks took 47 % more
-    GPU time). At the cap (a call that synchronises, or a host slower than
+    every later sample would pay a longer spin (on the H200, 2026-12-04, 2-5 late samples
+    grew a 4096^3 GEMM's spin from 83 to 500-760 us in one process; the gemm suite's
+    blocks took 47 % more GPU time than before the guard, by how much from such growth is
+    not measured). At the cap (a call that synchronises, or a host slower than
     ``keep_busy_max_s``) systematically late samples are kept and counted: the timing
     then includes host time, and ``late_kept`` says so.
     """
@@ -196,8 +197,12 @@ class Sampler:
         return {"sample_s": self.sample_s, "calls_per_sample": self.calls_per_sample}
 
     def host_guard_state(self) -> dict[str, Any]:
-        """The host guard's counts so far (``HostGuard``); none off-GPU."""
+        """The host guard's spin and counts so far (``HostGuard``); none off-GPU."""
         return {}
+
+    def late_samples(self) -> tuple[int, int]:
+        """Samples so far whose host queued the call late: (taken again, kept at the cap)."""
+        return 0, 0
 
 
 def make_sampler(call: Call, inputs: Inputs, config: TimerConfig | None = None) -> Sampler:
@@ -305,16 +310,16 @@ class _CudaSampler(Sampler):
 
     def host_guard_state(self) -> dict[str, Any]:
         """The spin before each start event now, and the samples the host queued late."""
+        retaken, kept = self.late_samples()
         return {
             "host_guard": self.config.host_guard,
-            "keep_busy_s": (
-                self.guard.iters * seconds_per_iter(self.device.index or 0)
-                if self.config.host_guard
-                else self.busy_s
-            ),
-            "host_late_retaken": self.guard.retaken,
-            "host_late_kept": self.guard.late_kept,
+            "keep_busy_s": self.guard.iters * seconds_per_iter(self.device.index or 0),
+            "host_late_retaken": retaken,
+            "host_late_kept": kept,
         }
+
+    def late_samples(self) -> tuple[int, int]:
+        return self.guard.retaken, self.guard.late_kept
 
     def block(self, n: int) -> list[float]:
         out: list[float] = []
@@ -329,7 +334,7 @@ class _CudaSampler(Sampler):
             if self._last is not None:
                 self.readings.append(self._last)
             values = [float(b.elapsed_time(e)) / 1e3 / self.calls_per_sample for b, e in events]
-            out.extend(self.guard.on_time(values, late) if self.config.host_guard else values)
+            out.extend(self.guard.on_time(values, late))  # none late with the guard off
         return out
 
     def last_clock(self) -> int | None:
@@ -474,7 +479,7 @@ class _CudaSampler(Sampler):
         compute-only spin (``kernels/spin.py``), so a warm L2 stays warm and a
         flushed one stays cold. Its length is the guard's (``HostGuard``).
         """
-        spin(self.guard.iters if self.config.host_guard else self.busy_iters, self.device)
+        spin(self.guard.iters, self.device)
 
     def _late(self, begin: torch.cuda.Event) -> bool:
         """The start event had fired before the host finished queueing the call."""
