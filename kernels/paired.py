@@ -416,7 +416,8 @@ class PairedConfig:
       belong to the set-up (H200, 2026-12-02: a 12 us GEMM's pair ratios stayed within
       0.1 % of their own for 48 groups while the pairs spread by 2 %), so beyond a few
       rounds a re-measure with new set-ups buys more than more blocks.
-    screen_tol: a side slower than this beyond its role's lower quartile, and beyond its
+    screen_tol: a side slower than this beyond its role's reference level
+      (``_Screen.reference``), and beyond its
       pair partner or with its partner slow too, is set up again (in a new process from
       the second time on, where ``compare`` is given ``respawn``), up to
       ``screen_retries`` times, then left out with its pair (see ``compare``). 0 turns
@@ -489,6 +490,8 @@ class PairedResult:
     # fired (``timing.HostGuard``): taken again, or kept at the spin's cap
     host_late_retaken: int = 0
     host_late_kept: int = 0
+    host_late_groups: int = 0  # groups left out of the verdict (``on_time_groups``)
+    late_groups: list[bool] = field(default_factory=list)  # per group: a block kept one
     # where the time went (seconds): setup_s (wall until every side was set up),
     # setup_side_s / check_s (the slowest side's set-up and correctness check),
     # screen_s (warm-up blocks and set-ups again), blocks_s (the timed groups)
@@ -530,6 +533,29 @@ def judge(
     return ratio, lo, hi, decide(ratio, lo, hi, cfg.min_effect).verdict
 
 
+HOST_LATE_SHARE = 0.25
+
+
+def on_time_groups(
+    log_ratios: Sequence[float], clusters: Sequence[int] | None, late: Sequence[bool]
+) -> tuple[list[float], list[int] | None]:
+    """The groups to judge: those whose blocks kept no sample the host queued late.
+
+    A sample kept late (``timing.HostGuard`` at its cap) holds host time, in whichever
+    side's block it fell; on the H200 (2026-12-04, §17) SDPA's varlen prefill kept 37
+    such samples in one case and its first attempt read [0.56, 1.39] while the next two
+    read within ±0.5 %. Whether a sample comes late is set by the host before the
+    kernel runs, not by the kernel's time, so leaving such a group out (all four
+    blocks, both roles) biases neither side. Where they are more than
+    ``HOST_LATE_SHARE`` of the groups, the host is in the case's samples throughout
+    (a call that synchronises), alike for both roles, and every group counts.
+    """
+    if not any(late) or sum(late) > HOST_LATE_SHARE * len(late):
+        return list(log_ratios), None if clusters is None else list(clusters)
+    keep = [i for i, was_late in enumerate(late) if not was_late]
+    return [log_ratios[i] for i in keep], None if clusters is None else [clusters[i] for i in keep]
+
+
 def _exp(x: float) -> float:
     """``math.exp``, infinite past its range instead of raising: two process pairs at a
     level of 1 - 1e-8 give t = 6e7, and such an interval is only wide, not an error
@@ -567,6 +593,7 @@ def compare(
     timer: dict[str, Any] | None = None,
     first_pair: dict[str, Any] | None = None,
     respawn: Callable[[Sequence[Side]], list[Side]] | None = None,
+    cures: CureLedger | None = None,
 ) -> PairedResult:
     """Set both sides up with the case, screen them, then alternate blocks until a verdict.
 
@@ -576,7 +603,8 @@ def compare(
 
     ``respawn``: the pool's way to replace sides' processes (``paired_suite._Sides``),
     started together; the screen uses it for sides that a set-up again in the same
-    process did not cure.
+    process did not cure, while ``cures`` (the pool's ``CureLedger``, kept across its
+    comparisons) says new processes cure here.
 
     Every block's SM clock and throttle reasons are kept; one throttled block makes
     the comparison unreliable (``telemetry.blocks_reliable``), and an unreliable
@@ -589,17 +617,19 @@ def compare(
     on the next pair in turn and the interval is taken over the pairs, so process
     offsets widen the interval instead of biasing the ratio.
 
-    **The screen** (m >= 3: ``_Screen``): every pair warms up with one unrecorded
-    group; a side whose level is more than ``screen_tol`` slower than its role's
-    lower quartile, and than its pair partner or with its partner slow too, is set up
-    again (new memory for its inputs, a new graph; from the second time on in a new
-    process, with ``respawn``), up to ``screen_retries`` times, and then left out
-    with its pair (its name goes to ``sick``: the pool replaces the process). On the
-    H200 a fresh process sometimes runs a short kernel 1.1-1.35x slow for its whole
-    life (docs/measurement.md §5, §6, §10); averaged in, such a state makes the
-    interval several percent wide. The screen compares a side only with sides of its own
-    role, so it cannot see, and cannot remove, a difference between baseline and
-    candidate: a true regression moves every candidate side alike.
+    **The screen** (m >= 3: ``_Screen``): every pair warms up with one unrecorded group;
+    a side whose level is more than ``screen_tol`` slower than its role's reference
+    level (the lower quartile, or the fastest side where the other role confirms that
+    level), and than its pair partner or with its partner slow too, is set up again (new
+    memory for its inputs, a new graph; from the second time on in a new process, with
+    ``respawn``, while the pool's ``cures`` say new processes cure), up to
+    ``screen_retries`` times, and then left out with its pair (its name goes to
+    ``sick``: the pool replaces the process). On the H200 a fresh process sometimes runs
+    a short kernel 1.1-1.35x slow for its whole life (docs/measurement.md §5, §6, §10);
+    averaged in, such a state makes the interval several percent wide. The screen
+    compares a side only with sides of its own role, so it cannot see, and cannot
+    remove, a difference between baseline and candidate: a true regression moves every
+    candidate side alike.
 
     **Unsteady**: if more than half the pairs are still off after the last round, the
     sides' levels disagree far beyond what the interval's model of a pair offset
@@ -639,7 +669,7 @@ def compare(
     per_sample = max(max(d["sample_s"] for d in da + db), 1e-7)
     samples = max(3, min(2000, int(cfg.block_s / per_sample)))
     began = time.perf_counter()
-    screen = _Screen(sides_a, sides_b, samples, cfg)
+    screen = _Screen(sides_a, sides_b, samples, cfg, cures)
 
     def again(batch: list[tuple[str, int, bool]]) -> None:
         """Set a round's off sides up again together, those tried before in new
@@ -676,6 +706,7 @@ def compare(
     block_clocks: list[int | None] = []
     block_reasons: list[list[str]] = []
     host_late = [0, 0]  # retaken, kept late
+    late_groups: list[bool] = []
     reliability = blocks_reliable([])
     stop = "groups_max"
     verdict, ratio, lo, hi = CaseVerdict.INCONCLUSIVE, math.nan, math.nan, math.nan
@@ -705,16 +736,19 @@ def compare(
         logs.append(math.log((b1 + b2) / (a1 + a2)))
         a_meds += [a1, a2]
         b_meds += [b1, b2]
+        late_groups.append(False)
         for r in (ra1, rb1, rb2, ra2):
             block_clocks.append(r.get("clock"))
             block_reasons.append(list(r.get("reasons") or []))
             retaken, kept = r.get("host_late") or (0, 0)
             host_late[0] += int(retaken)
             host_late[1] += int(kept)
+            late_groups[-1] = late_groups[-1] or int(kept) > 0
         reliability = blocks_reliable(block_clocks, block_reasons)
         clusters = _clusters(pair_of, placement, m, k)
         if len(logs) >= target:
-            ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
+            judged, by = on_time_groups(logs, clusters, late_groups)
+            ratio, lo, hi, verdict = judge_reliable(judged, cfg, by, reliability.reliable)
             log.info("%d groups: %.4f [%.4f, %.4f] %s", len(logs), ratio, lo, hi, verdict.value)
             if verdict != CaseVerdict.INCONCLUSIVE:
                 stop = "decided"
@@ -725,11 +759,14 @@ def compare(
         rounded = m > 1 and len(logs) >= max(cfg.rounds_max * n_active, first_target)
         if (spent or rounded) and len(logs) >= 2 * n_active:
             stop = "budget" if spent else ROUNDS_MAX
-            ratio, lo, hi, verdict = judge_reliable(logs, cfg, clusters, reliability.reliable)
+            judged, by = on_time_groups(logs, clusters, late_groups)
+            ratio, lo, hi, verdict = judge_reliable(judged, cfg, by, reliability.reliable)
             break
     costs["blocks_s"] = time.perf_counter() - t0
-    log.info("stop (%s) after %d groups in %.1f s: %.4f [%.4f, %.4f] %s", stop, len(logs),
-             costs["blocks_s"], ratio, lo, hi, verdict.value)  # fmt: skip
+    left_out = len(logs) - len(on_time_groups(logs, None, late_groups)[0])
+    late_note = f" ({left_out} groups left out: samples the host queued late)" if left_out else ""
+    log.info("stop (%s) after %d groups in %.1f s: %.4f [%.4f, %.4f] %s%s", stop, len(logs),
+             costs["blocks_s"], ratio, lo, hi, verdict.value, late_note)  # fmt: skip
     return PairedResult(
         ratio=ratio,
         ci_low=lo,
@@ -757,6 +794,8 @@ def compare(
         throttled_blocks=len(reliability.throttled),
         host_late_retaken=host_late[0],
         host_late_kept=host_late[1],
+        host_late_groups=left_out,
+        late_groups=late_groups,
         costs=costs,
         screen=screen.rows,
         resetups=screen.resetups,
@@ -767,6 +806,33 @@ def compare(
     )
 
 
+@dataclass
+class CureLedger:
+    """How often each way of setting an off side up again cured it, over a pool's life.
+
+    On the H200 (2026-12-04, docs/measurement.md §17) the two ways swapped ranks from
+    card to card on FlashInfer decode's slow sides: on one card a new process cured most
+    of them and a set-up again in place few; on another a set-up again in place (a new
+    placement, 0.2 s) cured about 40 %, and new processes (6-10 s a round) about one in
+    ten, so most trials paid for respawns that left their pairs out anyway. The screen
+    asks for a new process only while new processes are worth it here (``respawn_pays``).
+    """
+
+    MIN_TRIES = 6  # new processes tried before their record counts
+    FUTILE = 0.25  # a smaller share cured: set up again in place instead
+
+    tried: dict[str, int] = field(default_factory=lambda: {"in_place": 0, "new_process": 0})
+    cured: dict[str, int] = field(default_factory=lambda: {"in_place": 0, "new_process": 0})
+
+    def note(self, how: str, cured: bool) -> None:
+        self.tried[how] += 1
+        self.cured[how] += int(cured)
+
+    def respawn_pays(self) -> bool:
+        n = self.tried["new_process"]
+        return n < self.MIN_TRIES or self.cured["new_process"] >= self.FUTILE * n
+
+
 class _Screen:
     """The warm-up of every pair, and the screen of ``compare`` over the sides' levels.
 
@@ -775,8 +841,9 @@ class _Screen:
     blocks). A fresh process's first set-up sometimes runs a short kernel 1.1-1.35x
     slow (a 12 us GEMM, FlashInfer decode at 19-42 us, Liger's LayerNorm at 79 us;
     H200, docs/measurement.md §5, §6, §10). A side is off when its level is more than
-    ``screen_tol`` slower than its role's lower quartile (the state only slows a side
-    down, and more than half of a fresh pool's sides can be in it), and either slower
+    ``screen_tol`` slower than its role's reference (``reference``: the state only slows
+    a side down, and more than half of a fresh pool's sides can be in it, 7 of 8 once),
+    and either slower
     than its own pair partner too, or with its partner slow as well:
 
     - the two sides of a pair run their blocks interleaved, so a drift of the clock
@@ -789,18 +856,25 @@ class _Screen:
       [0.93, 1.02].
 
     An off side is set up again and re-levelled, up to ``screen_retries`` times; from
-    the second time on in a new process, where ``compare`` has a ``respawn``: on
-    decode a new set-up in the same process cured 19 of 64 slow sides (§10), the state
-    belongs to the process. Only sides of the same role are compared with each other,
-    and a partner only to tell a lone side from a pair, so the screen cannot remove a
-    difference between baseline and candidate: a true regression moves every
-    candidate side alike.
+    the second time on in a new process, where ``compare`` has a ``respawn`` and the
+    ``CureLedger`` says new processes cure here: on decode a new set-up in the same
+    process cured 19 of 64 slow sides (§10); with a new placement 31-45 %, and new
+    processes 85 % on one card and 4 % on another (§17b). Only sides of the same role
+    are compared with each other, and a partner only to tell a lone side from a pair, so
+    the screen cannot remove a difference between baseline and candidate: a true
+    regression moves every candidate side alike.
     """
 
     def __init__(
-        self, sides_a: list[Side], sides_b: list[Side], samples: int, cfg: PairedConfig
+        self,
+        sides_a: list[Side],
+        sides_b: list[Side],
+        samples: int,
+        cfg: PairedConfig,
+        cures: CureLedger | None = None,
     ) -> None:
         self.sides = {"A": sides_a, "B": sides_b}
+        self.cures = cures or CureLedger()
         # half blocks: a warm-up and a level good to ~1 % need no more, and every
         # second here is a second of each case
         self.samples, self.cfg = max(3, samples // 2), cfg
@@ -827,17 +901,38 @@ class _Screen:
         ]  # fmt: skip
         return stats.median([got[0], got[3]]), stats.median([got[1], got[2]])
 
+    def reference(self, role: str) -> float:
+        """The level a role's healthy sides run at: its lower quartile, or its fastest
+        side where the other role's fastest side runs at that level too.
+
+        The quartile alone misses a role with all sides but one in the state: on the
+        H200 (2026-12-04, §17) a fresh decode pool had 7 of 8 candidate sides +25 %
+        slow; the quartile was a slow side, none was off, and the comparison read
+        1.24 [1.09, 1.41] for a 1 % injection. The lone healthy side is believed only
+        when the other role's fastest side agrees with it (within ``screen_tol``): a
+        true regression moves every candidate side, so the candidate's fastest side is
+        slow too and the quartile stays the reference; a lone fast glitch has no
+        partner level in the other role.
+        """
+        levels = sorted(self.level[role])
+        quartile = levels[(len(levels) - 1) // 4]
+        other = min(self.level["B" if role == "A" else "A"])
+        if levels[0] > 0 and other > 0 and abs(levels[0] / other - 1) <= self.cfg.screen_tol:
+            return levels[0]
+        return quartile
+
     def deviations(self) -> dict[tuple[str, int], float]:
-        """Each side's level over its role's lower quartile, minus 1 (> 0: slower)."""
+        """Each side's level over its role's reference (``reference``), minus 1 (> 0:
+        slower)."""
         out: dict[tuple[str, int], float] = {}
         for role, levels in self.level.items():
-            ref = sorted(levels)[(len(levels) - 1) // 4]
+            ref = self.reference(role)
             for i, x in enumerate(levels):
                 out[(role, i)] = x / ref - 1 if ref > 0 else 0.0
         return out
 
     def off(self, dev: dict[tuple[str, int], float]) -> list[tuple[str, int]]:
-        """Sides slower than the quartile by ``screen_tol``, and than their partner by as
+        """Sides slower than the reference by ``screen_tol``, and than their partner by as
         much or with the partner slow too."""
         tol = self.cfg.screen_tol
         other = {"A": "B", "B": "A"}
@@ -865,9 +960,12 @@ class _Screen:
             self.level["A"].append(la)
             self.level["B"].append(lb)
         before: set[tuple[str, int]] | None = None
+        how: dict[tuple[str, int], str] = {}  # the sides set up again last round, and how
         for rnd in range(self.cfg.screen_retries + 1):
             dev = self.deviations()
             off = self.off(dev)
+            for side, way in how.items():
+                self.cures.note(way, side not in off)
             if before is not None and set(off) - before:
                 self.drifted = True
             before = set(off)
@@ -890,7 +988,13 @@ class _Screen:
                 else:
                     self.unsteady = True
                 return
-            again([(role, i, self.tries.get((role, i), 0) > 0) for role, i in off])
+            renew = self.cures.respawn_pays()
+            if not renew and any(self.tries.get(side, 0) for side in off):
+                cured, tried = self.cures.cured["new_process"], self.cures.tried["new_process"]
+                log.info("new processes cured %d of %d here: set up again in place", cured, tried)
+            batch = [(role, i, renew and self.tries.get((role, i), 0) > 0) for role, i in off]
+            how = {(role, i): "new_process" if new else "in_place" for role, i, new in batch}
+            again(batch)
             for role, i in off:
                 self.tries[(role, i)] = self.tries.get((role, i), 0) + 1
                 self.resetups += 1
@@ -956,6 +1060,7 @@ def _clusters(pair_of: list[int], placement: list[int], m: int, k: int) -> list[
 
 
 __all__ = [
+    "CureLedger",
     "PairedConfig",
     "PairedResult",
     "ROUNDS_MAX",
@@ -967,6 +1072,7 @@ __all__ = [
     "compare",
     "judge",
     "judge_reliable",
+    "on_time_groups",
     "serve",
 ]
 

@@ -25,11 +25,13 @@ from typing import Any, Literal, Protocol
 from kernelwatch.kernels.paired import (
     ROUNDS_MAX,
     UNSTEADY,
+    CureLedger,
     PairedConfig,
     PairedResult,
     Side,
     compare,
     judge_reliable,
+    on_time_groups,
 )
 from kernelwatch.kernels.record import Correctness, PairedStage
 from kernelwatch.kernels.runner import SEED_SPACE
@@ -59,6 +61,9 @@ class SidePool(Protocol):
     def pair(self) -> tuple[list[Side], list[Side]]: ...
 
     def respawn(self, sides: Sequence[Side]) -> list[Side]: ...
+
+    @property
+    def cures(self) -> CureLedger: ...
 
 
 @dataclass
@@ -113,6 +118,7 @@ class Outcome:
             screen=list(self.screen.get("rows", [])),
             host_late_retaken=self.host_late[0],
             host_late_kept=self.host_late[1],
+            host_late_groups=r.host_late_groups,
         )
 
 
@@ -148,6 +154,7 @@ def measure_stage(
     budget = cfg.budget_s
     logs: list[float] = []
     clusters: list[int] = []
+    late: list[bool] = []  # per group: it holds a sample the host queued late
     reliable, throttled = True, 0
     side_params = {**params, "seed": seed, "check": False}
     checked: PairedResult | None = None
@@ -176,7 +183,7 @@ def measure_stage(
         result = compare(
             a, b, factory, side_params, side_params,
             replace(cfg, budget_s=budget, rounds_max=rounds_max),
-            first_pair={"check": True}, respawn=sides.respawn,
+            first_pair={"check": True}, respawn=sides.respawn, cures=sides.cures,
         )  # fmt: skip
         checked = checked or result
         for key, value in result.costs.items():
@@ -196,14 +203,19 @@ def measure_stage(
             timed = result
         logs += [math.log(r) for r in result.group_ratios]
         clusters += [attempt * 1000 + c for c in result.clusters or []]
+        late += result.late_groups or [False] * len(result.group_ratios)
         shown = timed or result
+        judged: list[float] = []
         if logs:
-            judged_by = clusters if shown.clusters is not None else None
-            ratio, lo, hi, verdict = judge_reliable(logs, cfg, judged_by, reliable)
+            judged, judged_by = on_time_groups(
+                logs, clusters if shown.clusters is not None else None, late
+            )
+            ratio, lo, hi, verdict = judge_reliable(judged, cfg, judged_by, reliable)
         else:
             ratio, lo, hi, verdict = math.nan, math.nan, math.nan, CaseVerdict.INCONCLUSIVE
         shown.ratio, shown.ci_low, shown.ci_high = ratio, lo, hi
         shown.verdict, shown.groups = verdict, len(logs)
+        shown.host_late_groups = len(logs) - len(judged) if logs else 0  # left out
         if verdict != CaseVerdict.INCONCLUSIVE:
             break
         if result.stop_reason == UNSTEADY and result.screen_drifted:

@@ -73,6 +73,7 @@ from kernelwatch.kernels.adapters import build_profile_skips
 from kernelwatch.kernels.device import pin_cpu_threads
 from kernelwatch.kernels.paired import (
     UNSTEADY,
+    CureLedger,
     PairedConfig,
     PairedResult,
     Side,
@@ -632,6 +633,12 @@ class _Sides:
         self.ready_timeout_s = ready_timeout_s
         self._costs: dict[str, float] = {}
         self.sides = {name: self._start_all(name) for name in self.paths}
+        # what setting an off side up again cured, over the pool's comparisons
+        self._cures = CureLedger()
+
+    @property
+    def cures(self) -> CureLedger:
+        return self._cures
 
     def _start_all(self, name: str) -> list[Side]:
         return [

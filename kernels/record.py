@@ -166,6 +166,8 @@ class PairedStage:
     # taken again with a longer spin, or kept at the spin's cap (host time inside)
     host_late_retaken: int = 0
     host_late_kept: int = 0
+    # groups left out of the verdict for such kept samples (``paired.on_time_groups``)
+    host_late_groups: int = 0
 
 
 @dataclass

@@ -33,6 +33,8 @@ NAME = "suite-aa"
 HELP = "whole-suite A/A with bench-paired: verdicts and GPU wall s per case"
 ADAPTERS = "kernelwatch.kernels.adapters"
 LIGER = host.SOURCES / "liger" / "src"
+# the record's host_late_* counts: samples retaken, kept at the cap, groups left out
+LATE_COUNTS = ("retaken", "kept", "groups")
 # the breakdown's keys, in the order a case spends them (PairedSection.cost)
 COSTS = ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "prewarm_s",
          "setup_s", "check_s", "screen_s", "blocks_s", "confirmation_s")  # fmt: skip
@@ -127,7 +129,8 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
                 "respawns": stage1.get("respawns", 0),
                 "excluded_pairs": stage1.get("excluded_pairs", 0),
                 # timed samples whose host queued the call late (timing.HostGuard)
-                "host_late": [stage1.get("host_late_retaken", 0), stage1.get("host_late_kept", 0)],
+                # and the groups left out of the verdict for the kept ones
+                "host_late": [stage1.get(f"host_late_{k}", 0) for k in LATE_COUNTS],
                 "screen": stage1.get("screen", []),
                 "group_ratios": paired.get("group_ratios", []),
                 "group_pairs": paired.get("group_pairs", []),
@@ -263,7 +266,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             f"({sum(c['respawns'] for c in every)} in a new process), "
             f"{sum(c['excluded_pairs'] for c in every)} pairs left out; samples the host "
             f"queued late: {sum(c['host_late'][0] for c in every)} retaken, "
-            f"{sum(c['host_late'][1] for c in every)} kept at the spin's cap"
+            f"{sum(c['host_late'][1] for c in every)} kept at the spin's cap "
+            f"({sum(c['host_late'][2] for c in every)} groups left out)"
         )
     for n in range(args.passes):
         price = pr_price([r for r in results if r["pass"] == n + 1])

@@ -27,11 +27,14 @@ from kernelwatch.kernels import paired_stages
 from kernelwatch.kernels.paired import (
     ROUNDS_MAX,
     UNSTEADY,
+    CureLedger,
     PairedConfig,
     PairedResult,
     Side,
     _Screen,
     compare,
+    judge,
+    on_time_groups,
 )
 from kernelwatch.kernels.paired_stages import measure_stage, next_attempt
 from kernelwatch.kernels.paired_suite import (
@@ -84,6 +87,96 @@ def test_the_screen_finds_the_state_when_most_of_a_role_is_in_it() -> None:
     b = [1.00] * 8
     screen = _screen(a, b)
     assert sorted(screen.off(screen.deviations())) == [("A", i) for i in (0, 1, 2, 3, 5, 6)]
+
+
+def test_the_screen_finds_the_state_in_all_sides_of_a_role_but_one() -> None:
+    # H200 decode, 2026-12-04 (docs/measurement.md §17): a fresh pool had 7 of 8
+    # candidate sides +25 % slow; the quartile was a slow side, nothing was off, and a
+    # 1 % injection read 1.24 [1.09, 1.41]. The healthy side's level, which the other
+    # role's fastest side confirms, is the reference
+    a = [1.00, 1.01, 1.00, 1.00, 1.01, 1.00, 1.00, 1.01]
+    b = [1.25, 1.26, 1.25, 1.24, 1.01, 1.26, 1.25, 1.27]
+    screen = _screen(a, b)
+    assert sorted(screen.off(screen.deviations())) == [("B", i) for i in (0, 1, 2, 3, 5, 6, 7)]
+
+
+def test_a_lone_fast_side_without_a_match_in_the_other_role_sets_no_reference() -> None:
+    # a true 25 % regression with one candidate side read fast by a glitch: the other
+    # role has no side at that level, so the candidate's quartile stays the reference
+    # and the regression's sides are not set up again
+    a = [1.00, 1.01, 1.00, 1.00, 1.01, 1.00, 1.00, 1.01]
+    b = [1.25, 1.26, 1.25, 1.24, 0.80, 1.26, 1.25, 1.27]
+    screen = _screen(a, b)
+    assert screen.reference("B") == 1.24  # the quartile
+    assert screen.off(screen.deviations()) == []
+
+
+def _run_screen(
+    levels: dict[tuple[str, int], list[float]], cures: CureLedger
+) -> list[list[tuple[str, int, bool]]]:
+    """A 4-pair screen whose sides read the given level per warm-up (one per call, the
+    last repeated); what each round asked ``again`` for."""
+    names = [SimpleNamespace(name=f"{r}{i}") for r in "AB" for i in range(4)]
+    screen = _Screen(cast(list[Side], names[:4]), cast(list[Side], names[4:]), 10,
+                     PairedConfig(), cures)  # fmt: skip
+    calls = {k: 0 for k in levels}
+
+    def warm(i: int) -> tuple[float, float]:
+        got = []
+        for role in "AB":
+            seq = levels.get((role, i), [1.0])
+            n = calls.get((role, i), 0)
+            calls[(role, i)] = n + 1
+            got.append(seq[min(n, len(seq) - 1)])
+        return got[0], got[1]
+
+    screen._warm = warm  # type: ignore[method-assign]
+    asked: list[list[tuple[str, int, bool]]] = []
+    screen.run(asked.append)
+    return asked
+
+
+def test_new_processes_that_do_not_cure_here_are_not_asked_for_again() -> None:
+    # a side slow through every set-up: the second try asks for a new process while new
+    # processes have no record; once they cured 1 of 6, it is set up again in place
+    stuck = {("A", 1): [1.0, 1.3]}  # warm-up, then 1.3 for good
+    fresh = CureLedger()
+    asked = _run_screen(stuck, fresh)
+    assert [[new for *_, new in batch] for batch in asked] == [[False], [True]]
+    assert fresh.tried == {"in_place": 1, "new_process": 1} and fresh.cured["new_process"] == 0
+    futile = CureLedger(tried={"in_place": 0, "new_process": 6},
+                        cured={"in_place": 0, "new_process": 1})  # fmt: skip
+    asked = _run_screen(stuck, futile)
+    assert [[new for *_, new in batch] for batch in asked] == [[False], [False]]
+    assert futile.tried["in_place"] == 2
+
+
+def test_a_side_cured_by_its_set_up_again_counts_as_a_cure() -> None:
+    ledger = CureLedger()
+    _run_screen({("B", 2): [1.0, 1.3, 1.3, 1.0]}, ledger)  # slow, then cured in place
+    assert ledger.tried["in_place"] == 1 and ledger.cured["in_place"] == 1
+
+
+def test_groups_with_host_late_samples_are_left_out_of_the_verdict() -> None:
+    # two of eight groups kept samples the host queued late: the verdict is taken over
+    # the six on time, with their clusters; the late groups' values go nowhere
+    logs = [0.0, 0.001, 0.5, -0.001, 0.0, -0.4, 0.001, 0.0]
+    pairs = [0, 1, 2, 3, 0, 1, 2, 3]
+    late = [False, False, True, False, False, True, False, False]
+    kept, by = on_time_groups(logs, pairs, late)
+    assert kept == [0.0, 0.001, -0.001, 0.0, 0.001, 0.0]
+    assert by == [0, 1, 3, 0, 2, 3]
+    ratio, lo, hi, verdict = judge(kept, PairedConfig(), by)
+    assert verdict == CaseVerdict.UNCHANGED and lo > 0.99 and hi < 1.01
+
+
+def test_a_case_late_throughout_keeps_every_group() -> None:
+    # more than a quarter of the groups late: the host is in the case's samples (a call
+    # that synchronises), alike for both roles, so nothing is left out
+    logs = [0.0, 0.01, -0.01, 0.0]
+    late = [True, True, False, False]
+    assert on_time_groups(logs, None, late) == (logs, None)
+    assert on_time_groups(logs, [0, 1, 0, 1], [False] * 4) == (logs, [0, 1, 0, 1])
 
 
 def test_the_screen_is_blind_to_the_difference_between_the_roles() -> None:
@@ -227,7 +320,7 @@ def test_an_unsteady_re_measure_keeps_the_groups_timed_before_it(
     script = iter([attempt([1.03, 0.97, 1.04, 0.96] * 2, "rounds_max"), attempt([], UNSTEADY)])
     monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
     outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 1, False, 7)
     assert outcome.attempts == 2 and outcome.timing == CaseVerdict.INCONCLUSIVE
     result = outcome.result
@@ -257,11 +350,39 @@ def test_a_stage_counts_the_samples_its_sides_queued_late(
     script = iter([attempt(3, 1), attempt(2, 0)])
     monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
     outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 1, False, 7)
     stage = outcome.section()
     assert outcome.attempts == 2
     assert (stage.host_late_retaken, stage.host_late_kept) == (5, 1)
+
+
+def test_a_stage_pools_its_attempts_without_their_host_late_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # H200, 2026-12-04 (§17): SDPA's varlen prefill decided `unchanged` in each of its
+    # attempts with the late groups left out, and the stage, pooling every group,
+    # read inconclusive [0.94, 1.03]. The pooled verdict leaves them out too
+    def attempt(groups: list[float], late: list[bool]) -> PairedResult:
+        n = len(groups)
+        return PairedResult(
+            ratio=math.nan, ci_low=math.nan, ci_high=math.nan, groups=n,
+            verdict=CaseVerdict.INCONCLUSIVE, stop_reason="rounds_max", seconds=0.1,
+            a_median=1e-3, b_median=1e-3, group_ratios=groups, pairs=[g % 4 for g in range(n)],
+            clusters=[g % 4 for g in range(n)], a_blocks=[1e-3] * 2 * n,
+            b_blocks=[1e-3] * 2 * n, late_groups=late,
+        )  # fmt: skip
+
+    steady = [1.001, 0.999, 1.0, 1.0005, 0.9995, 1.0, 1.001, 0.999]
+    wild = [*steady[:7], 1.6]  # one group held the host's time
+    script = iter([attempt(wild, [False] * 7 + [True])])
+    monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
+    pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
+                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
+    outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 0, False, 7)
+    assert outcome.timing == CaseVerdict.UNCHANGED
+    assert outcome.result.ci_high < 1.01 and outcome.result.groups == 8
+    assert outcome.section().host_late_groups == 1
 
 
 class _PlacedSide:
@@ -351,7 +472,7 @@ def test_an_unsteady_attempt_whose_time_moves_ends_the_stage(
         )  # fmt: skip
 
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
     for drifted, attempts in ((True, 1), (False, 3)):
         scripted = functools.partial(lambda d, *a, **k: unsteady(d), drifted)
         monkeypatch.setattr(paired_stages, "compare", scripted)
@@ -714,7 +835,7 @@ def test_a_short_kernel_is_re_measured_in_short_attempts_until_its_set_ups_decid
 
     monkeypatch.setattr(paired_stages, "compare", scripted)
     pool = SimpleNamespace(pairs=8, pair=lambda: ([None] * 8, [None] * 8),
-                           replace=lambda names: None, respawn=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
     fixed = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 2, False, 7)
     assert fixed.attempts == 3 and fixed.timing == CaseVerdict.INCONCLUSIVE
     assert rounds_asked == [6, 6, 6]  # off: the old protocol, attempt for attempt
