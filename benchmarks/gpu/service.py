@@ -58,6 +58,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -389,17 +390,65 @@ def probe(ctx: host.Context, python: str, env: dict[str, str], work: Path) -> di
     return doc
 
 
+# longest wait for one ``kernelwatch run`` to plan its runs before the next is started
+PLAN_WAIT_S = 120.0
+
+
+def run_count(database_url: str) -> int:
+    """Runs in the service's SQLite database; -1 where it cannot be read (yet)."""
+    path = database_url.removeprefix("sqlite:///")
+    try:
+        uri = f"file:{path}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5)) as con:
+            return int(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+    except sqlite3.Error:
+        return -1
+
+
+def wait_planned(
+    proc: subprocess.Popen[bytes],
+    database_url: str,
+    before: int,
+    limit_s: float,
+    settle_s: float = 2.0,
+) -> float:
+    """Wait until ``proc`` has planned its runs: the database holds more runs than
+    ``before`` and their number has not moved for ``settle_s``; or ``proc`` ended, or
+    ``limit_s`` passed. Seconds waited.
+
+    The worker takes runs in the order they were planned. On the H200 (2026-12-04) a
+    one-second gap was not enough: ``run flashinfer-python --version ...`` planned after
+    the Liger history submitted a second later, whose seven runs then held the worker
+    for the rest of the call."""
+    began = time.monotonic()
+    seen, since = before, began
+    while time.monotonic() - began < limit_s and proc.poll() is None:
+        now_count = run_count(database_url)
+        if now_count != seen:
+            seen, since = now_count, time.monotonic()
+        elif seen > before and time.monotonic() - since >= settle_s:
+            break
+        time.sleep(0.2)
+    return time.monotonic() - began
+
+
 def submit(ctx: host.Context, planned: list[dict[str, Any]], env: dict[str, str]) -> None:
-    """Every plan's ``kernelwatch run`` at once, waited for until the deadline."""
+    """Every plan's ``kernelwatch run``, each started once the one before has planned its
+    runs (``wait_planned``), so the worker takes them in this order; all waited for until
+    the deadline."""
     procs = []
+    url = env.get("KW_DATABASE_URL", "")
     for i, plan in enumerate(planned):
         log = ctx.logs / f"run-{i}-{plan['library']}.log"
         plan["log"] = str(log)
         fh = open(log, "w", encoding="utf-8")  # noqa: SIM115
+        before = run_count(url)
         proc = subprocess.Popen(plan["argv"], stdout=fh, stderr=subprocess.STDOUT,
                                 env={**os.environ, **env}, cwd=host.ROOT)  # fmt: skip
         procs.append((plan, proc, fh, time.monotonic()))
-        time.sleep(1.0)  # planned (and queued) in this order
+        if i + 1 < len(planned):
+            limit = min(PLAN_WAIT_S, max(1.0, ctx.left() - 60))
+            plan["plan_wait_s"] = round(wait_planned(proc, url, before, limit), 1)
     for plan, proc, fh, t0 in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=max(1.0, ctx.left() - 30))

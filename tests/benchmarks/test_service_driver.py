@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tomllib
@@ -227,3 +228,32 @@ def test_the_calls_redis_is_its_own_never_a_stray_on_the_port(
         proc.kill()
         proc.wait()
     assert service.redis_pid(host.free_port()) is None
+
+
+def test_the_next_run_is_started_once_the_one_before_has_planned(tmp_path: Path) -> None:
+    # a `kernelwatch run` that takes a while to plan (FlashInfer's version run, H200
+    # 2026-12-04) must not let the next submission plan first: the wait ends once its
+    # runs are in the database and their number has settled, long before it exits
+    db = tmp_path / "kw.db"
+    url = f"sqlite:///{db}"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY)")
+    assert service.run_count(url) == 0
+    planner = (
+        "import sqlite3, sys, time\n"
+        "time.sleep(1.0)\n"
+        "for _ in range(3):\n"
+        "    with sqlite3.connect(sys.argv[1]) as con:\n"
+        "        con.execute('INSERT INTO runs DEFAULT VALUES')\n"
+        "    time.sleep(0.3)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", planner, str(db)])
+    try:
+        waited = service.wait_planned(proc, url, 0, limit_s=30, settle_s=1.0)
+        assert service.run_count(url) == 3
+        assert 1.5 < waited < 20 and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert service.run_count(f"sqlite:///{tmp_path / 'none.db'}") == -1
