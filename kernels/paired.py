@@ -544,9 +544,10 @@ def on_time_groups(
     A sample kept late (``timing.HostGuard`` at its cap) holds host time, in whichever
     side's block it fell; on the H200 (2026-12-04, §17) SDPA's varlen prefill kept 37
     such samples in one case and its first attempt read [0.56, 1.39] while the next two
-    read within ±0.5 %. Whether a sample comes late is set by the host before the
-    kernel runs, not by the kernel's time, so leaving such a group out (all four
-    blocks, both roles) biases neither side. Where they are more than
+    read within ±0.5 %. Whether a sample comes late is set by the host's launch against
+    the spin queued before the start event (at the cap, 20 ms), not by the timed
+    kernel's own time, so leaving such a group out (all four blocks, both roles) biases
+    neither side. Where they are more than
     ``HOST_LATE_SHARE`` of the groups, the host is in the case's samples throughout
     (a call that synchronises), alike for both roles, and every group counts.
     """

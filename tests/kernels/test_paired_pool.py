@@ -385,6 +385,28 @@ def test_a_stage_pools_its_attempts_without_their_host_late_groups(
     assert outcome.section().host_late_groups == 1
 
 
+@pytest.mark.parametrize("cured", [3, 1])
+def test_sick_sides_are_replaced_only_where_new_processes_cure(
+    monkeypatch: pytest.MonkeyPatch, cured: int
+) -> None:
+    result = PairedResult(
+        ratio=1.0, ci_low=0.999, ci_high=1.001, groups=8, verdict=CaseVerdict.UNCHANGED,
+        stop_reason="decided", seconds=0.1, a_median=1e-3, b_median=1e-3,
+        group_ratios=[1.0] * 8, pairs=[g % 4 for g in range(8)],
+        clusters=[g % 4 for g in range(8)], a_blocks=[1e-3] * 16, b_blocks=[1e-3] * 16,
+        sick=["A1"],
+    )  # fmt: skip
+    monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: result)
+    replaced: list[list[str]] = []
+    ledger = CureLedger(tried={"in_place": 0, "new_process": 6},
+                        cured={"in_place": 0, "new_process": cured})  # fmt: skip
+    pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
+                           replace=replaced.append, respawn=None, cures=ledger)  # fmt: skip
+    measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 0, False, 7)
+    # 3 of 6 cured: new processes pay, the sick side is replaced; 1 of 6: it stays
+    assert replaced == ([["A1"]] if cured == 3 else [])
+
+
 class _PlacedSide:
     """A side whose blocks are slow until a set-up draws a new placement: what the
     screen's set-up again must ask for (FlashInfer decode on the H200, 2026-12-04: the
