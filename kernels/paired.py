@@ -417,9 +417,9 @@ class PairedConfig:
       0.1 % of their own for 48 groups while the pairs spread by 2 %), so beyond a few
       rounds a re-measure with new set-ups buys more than more blocks.
     screen_tol: a side slower than this beyond its role's reference level
-      (``_Screen.reference``), and beyond its
-      pair partner or with its partner slow too, is set up again (in a new process from
-      the second time on, where ``compare`` is given ``respawn``), up to
+      (``_Screen.reference``), and beyond its pair partner or with its partner slow
+      too, is set up again (in a new process from the second time on, where
+      ``compare`` is given ``respawn`` and new processes cure), up to
       ``screen_retries`` times, then left out with its pair (see ``compare``). 0 turns
       the screen off; it needs 3 pairs.
     setup_one_at_a_time: set the sides up one after another instead of all at once
@@ -533,6 +533,7 @@ def judge(
     return ratio, lo, hi, decide(ratio, lo, hi, cfg.min_effect).verdict
 
 
+# above this share of late groups, the host is part of the case (``on_time_groups``)
 HOST_LATE_SHARE = 0.25
 
 
@@ -547,9 +548,9 @@ def on_time_groups(
     read within ±0.5 %. Whether a sample comes late is set by the host's launch against
     the spin queued before the start event (at the cap, 20 ms), not by the timed
     kernel's own time, so leaving such a group out (all four blocks, both roles) biases
-    neither side. Where they are more than
-    ``HOST_LATE_SHARE`` of the groups, the host is in the case's samples throughout
-    (a call that synchronises), alike for both roles, and every group counts.
+    neither side. Where such groups are more than ``HOST_LATE_SHARE`` of all, the host
+    is in the case's samples throughout (a call that synchronises), alike for both
+    roles, and every group counts.
     """
     if not any(late) or sum(late) > HOST_LATE_SHARE * len(late):
         return list(log_ratios), None if clusters is None else list(clusters)
