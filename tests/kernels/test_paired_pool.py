@@ -48,6 +48,10 @@ from kernelwatch.kernels.record import PairedSection
 from kernelwatch.kernels.verdict import CaseVerdict
 
 ROOT = Path(__file__).resolve().parents[2]
+# this file's longest tests (whole pools through several cases, 14-54 s each) run in the
+# crowd half of make test: the other half was the longer one (23:45 against 17:44 on a
+# 2-core machine, 2026-12-04)
+CROWD = pytest.mark.crowd
 
 
 def _screen(levels_a: list[float], levels_b: list[float], tol: float = 0.05) -> _Screen:
@@ -240,6 +244,7 @@ def test_a_side_a_set_up_again_does_not_cure_gets_a_new_process(tmp_path: Path) 
         sides.close()
 
 
+@CROWD
 def test_a_rounds_new_processes_start_together(tmp_path: Path) -> None:
     # on the H200 (2026-12-03) a varlen prefill case replaced seven sides one after
     # another, ~10 s each, and ran past its suite's limit: a round's new processes now
@@ -503,6 +508,7 @@ def test_an_unsteady_attempt_whose_time_moves_ends_the_stage(
         assert outcome.result.stop_reason == UNSTEADY
 
 
+@CROWD
 def test_an_unsteady_case_is_recorded_neutral_and_the_next_case_measured(
     tmp_path: Path,
 ) -> None:
@@ -756,6 +762,7 @@ def _prewarmed_jit_suite(
     return records, done.stderr
 
 
+@CROWD
 def test_a_jit_librarys_later_cases_compile_side_by_side(tmp_path: Path) -> None:
     # FlashInfer decode on the H200 (2026-12-03): five variants compiled in their cases'
     # first checks, 9-21 s each, 71 of the suite's 105 s. Once a case's set-up is that
@@ -775,6 +782,7 @@ def test_a_jit_librarys_later_cases_compile_side_by_side(tmp_path: Path) -> None
     assert built == {"softmax", "rmsnorm", "matmul", "attention"}
 
 
+@CROWD
 def test_a_prewarm_round_is_narrow_and_none_starts_past_its_budget(tmp_path: Path) -> None:
     # on the H200 nine FlashInfer variants a role compiled at once had not finished in
     # 115 s: a round sets up --prewarm-width cases a role, and past --prewarm-budget the
