@@ -537,6 +537,12 @@ def judge(
 HOST_LATE_SHARE = 0.25
 
 
+def groups_left_out(late: Sequence[bool]) -> int:
+    """How many groups ``on_time_groups`` leaves out of the verdict (the one rule)."""
+    n = sum(late)
+    return n if n <= HOST_LATE_SHARE * len(late) else 0
+
+
 def on_time_groups(
     log_ratios: Sequence[float], clusters: Sequence[int] | None, late: Sequence[bool]
 ) -> tuple[list[float], list[int] | None]:
@@ -552,7 +558,7 @@ def on_time_groups(
     is in the case's samples throughout (a call that synchronises), alike for both
     roles, and every group counts.
     """
-    if not any(late) or sum(late) > HOST_LATE_SHARE * len(late):
+    if not groups_left_out(late):
         return list(log_ratios), None if clusters is None else list(clusters)
     keep = [i for i, was_late in enumerate(late) if not was_late]
     return [log_ratios[i] for i in keep], None if clusters is None else [clusters[i] for i in keep]
@@ -765,7 +771,7 @@ def compare(
             ratio, lo, hi, verdict = judge_reliable(judged, cfg, by, reliability.reliable)
             break
     costs["blocks_s"] = time.perf_counter() - t0
-    left_out = len(logs) - len(on_time_groups(logs, None, late_groups)[0])
+    left_out = groups_left_out(late_groups)
     late_note = f" ({left_out} groups left out: samples the host queued late)" if left_out else ""
     log.info("stop (%s) after %d groups in %.1f s: %.4f [%.4f, %.4f] %s%s", stop, len(logs),
              costs["blocks_s"], ratio, lo, hi, verdict.value, late_note)  # fmt: skip
@@ -992,8 +998,10 @@ class _Screen:
                 return
             renew = self.cures.respawn_pays()
             if not renew and any(self.tries.get(side, 0) for side in off):
-                cured, tried = self.cures.cured["new_process"], self.cures.tried["new_process"]
-                log.info("new processes cured %d of %d here: set up again in place", cured, tried)
+                log.info("new processes cured %d of %d here (in place %d of %d): set up again "
+                         "in place", self.cures.cured["new_process"],
+                         self.cures.tried["new_process"], self.cures.cured["in_place"],
+                         self.cures.tried["in_place"])  # fmt: skip
             batch = [(role, i, renew and self.tries.get((role, i), 0) > 0) for role, i in off]
             how = {(role, i): "new_process" if new else "in_place" for role, i, new in batch}
             again(batch)
@@ -1074,6 +1082,7 @@ __all__ = [
     "compare",
     "judge",
     "judge_reliable",
+    "groups_left_out",
     "on_time_groups",
     "serve",
 ]

@@ -30,6 +30,7 @@ from kernelwatch.kernels.paired import (
     PairedResult,
     Side,
     compare,
+    groups_left_out,
     judge_reliable,
     on_time_groups,
 )
@@ -207,7 +208,6 @@ def measure_stage(
         clusters += [attempt * 1000 + c for c in result.clusters or []]
         late += result.late_groups or [False] * len(result.group_ratios)
         shown = timed or result
-        judged: list[float] = []
         if logs:
             judged, judged_by = on_time_groups(
                 logs, clusters if shown.clusters is not None else None, late
@@ -217,7 +217,7 @@ def measure_stage(
             ratio, lo, hi, verdict = math.nan, math.nan, math.nan, CaseVerdict.INCONCLUSIVE
         shown.ratio, shown.ci_low, shown.ci_high = ratio, lo, hi
         shown.verdict, shown.groups = verdict, len(logs)
-        shown.host_late_groups = len(logs) - len(judged) if logs else 0  # left out
+        shown.host_late_groups = groups_left_out(late)
         if verdict != CaseVerdict.INCONCLUSIVE:
             break
         if result.stop_reason == UNSTEADY and result.screen_drifted:

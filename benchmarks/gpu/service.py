@@ -414,13 +414,16 @@ def wait_planned(
 ) -> float:
     """Wait until ``proc`` has planned its runs: the database holds more runs than
     ``before`` and their number has not moved for ``settle_s``; or ``proc`` ended, or
-    ``limit_s`` passed. Seconds waited.
+    ``limit_s`` passed; at once where the database could not be read (``before`` < 0).
+    Seconds waited.
 
     The worker takes runs in the order they were planned. On the H200 (2026-12-04) a
     one-second gap was not enough: ``run flashinfer-python --version ...`` planned after
     the Liger history submitted a second later, whose seven runs then held the worker
     for the rest of the call."""
     began = time.monotonic()
+    if before < 0:  # no database to read: nothing to wait for
+        return 0.0
     seen, since = before, began
     while time.monotonic() - began < limit_s and proc.poll() is None:
         now_count = run_count(database_url)

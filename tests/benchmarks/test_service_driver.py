@@ -256,4 +256,12 @@ def test_the_next_run_is_started_once_the_one_before_has_planned(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
-    assert service.run_count(f"sqlite:///{tmp_path / 'none.db'}") == -1
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    assert service.run_count(missing) == -1
+    # no database to read: the next run is started at once, not after limit_s
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert service.wait_planned(idle, missing, -1, limit_s=30) == 0.0
+    finally:
+        idle.kill()
+        idle.wait()
