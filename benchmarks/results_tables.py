@@ -337,6 +337,36 @@ def sdpa_reference(
     return _table(["kernel", "mask", "passed", "median, fastest – slowest", "TFLOP/s"], rows)
 
 
+def flashinfer_reference(
+    data: Dataset, file: str = "service-h200-2026-12-04/flashinfer-run1.jsonl"
+) -> str:
+    """FlashInfer's decode suite through the sandboxed worker: per kernel and the query's
+    and KV cache's dtypes, how many cases passed, their time range and bandwidth range
+    (decode reads its KV cache once: memory-bound, so GB/s and % of the measured copy
+    peak are its rates)."""
+    groups: dict[tuple[str, str], list[ResultRecord]] = {}
+    for r in data.records[file]:
+        dtype = str(r.params.get("dtype", ""))
+        kv = str(r.params.get("kv_dtype", dtype))
+        groups.setdefault((r.kernel, dtype if kv == dtype else f"{dtype}, KV {kv}"), []).append(r)
+    rows = []
+    for (kernel, dtypes), recs in sorted(groups.items()):
+        ok = [r for r in recs if r.status == "pass" and r.timing]
+        times = sorted(r.timing.median for r in ok if r.timing)
+        rates = sorted(r.throughput.gbps for r in ok if r.throughput and r.throughput.gbps)
+        peaks = sorted(
+            r.throughput.pct_of_peak
+            for r in ok
+            if r.throughput and r.throughput.pct_of_peak is not None
+        )
+        span = f"{_us(times[0])} – {_us(times[-1])}" if times else "—"
+        rate = f"{rates[0]:.0f} – {rates[-1]:.0f}" if rates else "—"
+        peak = f"{peaks[0]:.0f} – {peaks[-1]:.0f} %" if peaks else "—"
+        rows.append([kernel, dtypes, f"{len(ok)} of {len(recs)}", span, rate, peak])
+    header = ["kernel", "dtype", "passed", "median, fastest – slowest", "GB/s", "of copy peak"]
+    return _table(header, rows)
+
+
 TABLES: dict[str, Callable[[Dataset], str]] = {
     "liger-history": liger_history,
     "liger-paired": liger_paired,
@@ -347,6 +377,7 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
     "sdpa-efficient": lambda data: sdpa_reference(
         data, "service-h200-2026-12-03/sdpa-efficient-run9.jsonl"
     ),
+    "flashinfer-reference": flashinfer_reference,
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,
