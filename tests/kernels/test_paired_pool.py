@@ -116,11 +116,14 @@ def test_a_lone_fast_side_without_a_match_in_the_other_role_sets_no_reference() 
 
 
 def _run_screen(
-    levels: dict[tuple[str, int], list[float]], cures: CureLedger
+    levels: dict[tuple[str, int], list[float]],
+    cures: CureLedger,
+    names: list[SimpleNamespace] | None = None,
 ) -> list[list[tuple[str, int, bool]]]:
     """A 4-pair screen whose sides read the given level per warm-up (one per call, the
-    last repeated); what each round asked ``again`` for."""
-    names = [SimpleNamespace(name=f"{r}{i}") for r in "AB" for i in range(4)]
+    last repeated); what each round asked ``again`` for. ``names``: the sides (A0-A3,
+    B0-B3), kept from an earlier comparison."""
+    names = names or [SimpleNamespace(name=f"{r}{i}", found_off=0) for r in "AB" for i in range(4)]
     screen = _Screen(cast(list[Side], names[:4]), cast(list[Side], names[4:]), 10,
                      PairedConfig(), cures)  # fmt: skip
     calls = {k: 0 for k in levels}
@@ -159,6 +162,23 @@ def test_a_side_cured_by_its_set_up_again_counts_as_a_cure() -> None:
     ledger = CureLedger()
     _run_screen({("B", 2): [1.0, 1.3, 1.3, 1.0]}, ledger)  # slow, then cured in place
     assert ledger.tried["in_place"] == 1 and ledger.cured["in_place"] == 1
+
+
+def test_a_side_off_again_in_a_later_comparison_gets_a_new_process_at_once() -> None:
+    # H200, 2026-12-04 (§18): SDPA's varlen MHA had one candidate side off by +169-251 %
+    # in each of four attempts; each set-up again in place passed the re-level and the
+    # blocks spread 0.54-1.27, until a new process made the fourth attempt decide
+    sides = [SimpleNamespace(name=f"{r}{i}", found_off=0) for r in "AB" for i in range(4)]
+    ledger = CureLedger()
+    first = _run_screen({("B", 2): [1.0, 1.3, 1.3, 1.0]}, ledger, sides)
+    assert first == [[("B", 2, False)]]  # cured in place, as before
+    assert [s.found_off for s in sides] == [0, 0, 0, 0, 0, 0, 1, 0]
+    again = _run_screen({("B", 2): [1.0, 1.3, 1.3, 1.0]}, ledger, sides)
+    assert again == [[("B", 2, True)]]  # its process relapsed: a new one straight away
+    assert sides[6].found_off == 2 and ledger.tried["new_process"] == 1
+    futile = CureLedger(tried={"in_place": 0, "new_process": 6},
+                        cured={"in_place": 0, "new_process": 1})  # fmt: skip
+    assert _run_screen({("B", 2): [1.0, 1.3, 1.3, 1.0]}, futile, sides) == [[("B", 2, False)]]
 
 
 def test_groups_with_host_late_samples_are_left_out_of_the_verdict() -> None:
