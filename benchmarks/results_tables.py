@@ -367,6 +367,28 @@ def flashinfer_reference(
     return _table(header, rows)
 
 
+def flashinfer_versions(
+    data: Dataset, prefix: str = "service-h200-2026-12-04/flashinfer-subset-run"
+) -> str:
+    """FlashInfer 0.6.0 beside 0.5.3, the same cases on one card through the sandboxed
+    worker: each release's median and their ratio (the runs' verdicts are the service's,
+    from both runs' samples; the text beside the table gives them)."""
+    old, new = (data.records[f] for f in _numbered(data, prefix))
+    before = {r.case_id: r for r in old}
+    rows = []
+    for r in sorted(new, key=lambda r: (r.kernel, r.timing.median if r.timing else 0.0)):
+        b = before.get(r.case_id)
+        t0 = b.timing.median if b is not None and b.timing else None
+        t1 = r.timing.median if r.timing else None
+        shape = ", ".join(f"{k}={r.params[k]}" for k in ("batch", "heads", "kv_heads", "kv_len")
+                          if k in r.params)  # fmt: skip
+        ratio = f"{t1 / t0:.4f}" if t0 and t1 else "—"
+        rows.append([r.kernel, shape, _us(t0), _us(t1), ratio, r.status])
+    header = ["kernel (bf16)", "case", "0.5.3 median", "0.6.0 median", "0.6.0 / 0.5.3",
+              "0.6.0 check"]  # fmt: skip
+    return _table(header, rows)
+
+
 TABLES: dict[str, Callable[[Dataset], str]] = {
     "liger-history": liger_history,
     "liger-paired": liger_paired,
@@ -378,6 +400,7 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
         data, "service-h200-2026-12-03/sdpa-efficient-run9.jsonl"
     ),
     "flashinfer-reference": flashinfer_reference,
+    "flashinfer-versions": flashinfer_versions,
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,

@@ -1011,8 +1011,8 @@ class _Screen:
                 return
             for role, i in off:
                 if (role, i) not in self.tries:  # once per comparison and side
-                    side = self.sides[role][i]
-                    side.found_off = getattr(side, "found_off", 0) + 1
+                    proc = self.sides[role][i]
+                    proc.found_off = getattr(proc, "found_off", 0) + 1
             renew = self.cures.respawn_pays()
             if not renew and any(self.tries.get(side, 0) for side in off):
                 log.info("new processes cured %d of %d here (in place %d of %d): set up again "

@@ -56,6 +56,7 @@ import contextlib
 import glob
 import json
 import os
+import shlex
 import shutil
 import socket
 import sqlite3
@@ -489,7 +490,7 @@ def dataset_rows(records: list[dict[str, Any]], planned: list[dict[str, Any]],
                 f'device_class = "{run["device_class"]}"',
                 f'card = "{cards[0] if cards else "unknown"}"',
                 f"measured = {str(run.get('started') or '')[:19]}Z",
-                f'command = "{command}"',
+                f"command = {json.dumps(command)}",  # a TOML basic string, quotes escaped
                 f'note = "{plan["library"]} through a sandboxed worker: {run["status"]}, '
                 f'verdict {run["verdict"]}"',
                 "",
@@ -544,7 +545,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             for p in planned:
                 p["dumped"] = [dumped[r["id"]] for r in p.get("runs", []) if r["id"] in dumped]
         recs = host.read_jsonl(records)
-        command = "python -m benchmarks.gpu " + " ".join(sys.argv[1:])
+        # as a shell would take it back: a --case glob quoted, not expanded
+        command = "python -m benchmarks.gpu " + shlex.join(sys.argv[1:])
         (ctx.logs / "dataset-runs.toml").write_text(dataset_rows(recs, planned, command))
         for p in planned:
             if p["library"] == "liger" and p.get("dumped"):

@@ -80,7 +80,11 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         bases = baseline_results(session, run)
         if bases is None:
             return False
-        run.baseline_run_id = main_baseline_run(bases)
+        # the run most of *this run's* cases were compared with: a baseline commit with a
+        # whole-suite run and a later subset run (FlashInfer 0.5.3 on two cards, H200
+        # 2026-12-04) has its whole suite's cases in ``bases`` too
+        own = {result.case_id for result in run.results}
+        run.baseline_run_id = main_baseline_run({c: b for c, b in bases.items() if c in own})
         confidence = run.options.confidence
         confidence = settings.confidence if confidence is None else confidence
         spreads = run_spread.case_spreads(session, run)

@@ -110,10 +110,11 @@ def test_the_dataset_rows_index_each_run_with_its_card_date_and_command() -> Non
          "device_class": "h200", "started": "2026-12-03T10:11:12.5", "status": "succeeded",
          "verdict": "pass"}]}]  # fmt: skip
     records = [{"run": 7, "device": {"uuid": "GPU-1234"}}, {"run": 8, "device": {}}]
-    text = service.dataset_rows(records, planned, "python -m benchmarks.gpu service")
+    command = """python -m benchmarks.gpu service --case 'decode*page_size=16,x"y'"""
+    text = service.dataset_rows(records, planned, command)
     (row,) = tomllib.loads(text.replace("<date>", "2026-12-03"))["run"]
     assert row["card"] == "GPU-1234" and row["parent"] == "a" * 40
-    assert row["command"] == "python -m benchmarks.gpu service"
+    assert row["command"] == command  # its quotes kept, a glob as the shell took it
     assert str(row["measured"]).startswith("2026-12-03 10:11:12")
     assert row["file"] == "service-h200-2026-12-03/liger-run7.jsonl"
 

@@ -34,14 +34,14 @@ from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
 from kernelwatch.kernels.verdict import NOTE_BASELINE_BROKEN, CaseVerdict, judge_case
 
 SHAS = {n: str(n) * 40 for n in (1, 2, 3, 4)}
-CASES = {"softmax": "c-softmax", "rmsnorm": "c-rmsnorm"}
+CASES = {"softmax": "c-softmax", "rmsnorm": "c-rmsnorm", "layernorm": "c-layernorm",
+         "swiglu": "c-swiglu"}  # fmt: skip
 # medians per commit: c3 makes rmsnorm 2x slower, c4 makes softmax wrong
 TIMES = {
-    1: {"softmax": 1.0e-4, "rmsnorm": 2.0e-4},
-    2: {"softmax": 1.0e-4, "rmsnorm": 2.0e-4},
-    3: {"softmax": 1.0e-4, "rmsnorm": 4.0e-4},
-    4: {"softmax": 1.0e-4, "rmsnorm": 4.0e-4},
-}
+    n: {"softmax": 1.0e-4, "rmsnorm": 2.0e-4 if n < 3 else 4.0e-4, "layernorm": 3.0e-4,
+        "swiglu": 5.0e-4}
+    for n in (1, 2, 3, 4)
+}  # fmt: skip
 
 
 def _samples(median: float, seed: int) -> list[float]:
@@ -173,6 +173,21 @@ def test_each_case_is_compared_with_a_baseline_run_that_measured_it(session: Ses
     base = session.get(Result, result.baseline_result_id)
     assert base is not None and base.run_id == full.id
     assert repro.baseline_run_id == full.id
+
+
+def test_the_runs_baseline_is_the_run_its_own_cases_were_compared_with(
+    session: Session,
+) -> None:
+    # the baseline commit's whole suite on one card, then a subset again (the later run
+    # wins each case it measured): the run's baseline is the subset's, not the run that
+    # measured more cases that this run never ran
+    _run(session, 2, ("softmax", "rmsnorm", "layernorm", "swiglu"))
+    subset = _run(session, 2, ("softmax",))
+    run = _run(session, 3, ("softmax",), baseline=2)
+    (result,) = run.results
+    base = session.get(Result, result.baseline_result_id)
+    assert base is not None and base.run_id == subset.id
+    assert run.baseline_run_id == subset.id
 
 
 def test_a_case_no_baseline_run_measured_says_so_in_words(session: Session) -> None:
