@@ -205,6 +205,7 @@ def test_the_run_command_and_its_json_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.crowd  # a worker, Redis and the sandbox: the crowd half (make test)
 def test_the_device_command_measures_a_bundle_through_the_service_on_the_cpu(
     upstream: tuple[Path, list[str], str], tmp_path: Path
 ) -> None:

@@ -56,7 +56,9 @@ def test_identical_work_is_no_alarm_when_judged_over_process_pairs() -> None:
         same = compare(a, b, FACTORY, {"n": 96}, {"n": 96}, cfg, timer={"min_warmup_s": 0.02})
         assert same.verdict in ("unchanged", "inconclusive"), same
         assert same.groups >= cfg.groups_min and set(same.pairs) == {0, 1, 2}
-        assert 0.85 < same.ratio < 1.15
+        # honest, not near 1: on a loaded 2-core machine (CI, 2026-12-04) three pairs
+        # read 0.72 [0.22, 2.39] for identical work; the interval holds the truth
+        assert same.ci_low <= 1.0 <= same.ci_high
     finally:
         for side in a + b:
             side.close()

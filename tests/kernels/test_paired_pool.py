@@ -50,7 +50,7 @@ from kernelwatch.kernels.verdict import CaseVerdict
 ROOT = Path(__file__).resolve().parents[2]
 # this file's longest tests (whole pools through several cases, 14-54 s each) run in the
 # crowd half of make test: the other half was the longer one (23:45 against 17:44 on a
-# 2-core machine, 2026-12-04)
+# 2-core machine, 2026-12-04; 29:56 against 26:52 later that day)
 CROWD = pytest.mark.crowd
 
 
@@ -297,6 +297,7 @@ def test_a_rounds_new_processes_start_together(tmp_path: Path) -> None:
         sides.close()
 
 
+@CROWD
 def test_a_screen_that_cannot_leave_its_off_pairs_out_times_nothing(tmp_path: Path) -> None:
     # SDPA's varlen MHA prefill on the H200 (2026-12-03): 8-12 of 16 fresh sides stayed
     # +7-80 % off through every round, new processes too, and the blocks of all pairs
@@ -717,6 +718,7 @@ def _bench_paired_logged(
     return [json.loads(line) for line in out.read_text().splitlines()], done.stderr
 
 
+@CROWD
 def test_the_worker_entry_logs_where_a_comparisons_time_goes(tmp_path: Path) -> None:
     # on the H200 (2026-12-03) two cases ran past their limits and left only their
     # start line: the coordinator now logs each step of a comparison to stderr
