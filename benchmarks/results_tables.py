@@ -64,6 +64,11 @@ def _us(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e6:.1f} µs"
 
 
+def _span(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """``fastest – slowest`` of sorted ``values`` (a time, a rate), or a dash for none."""
+    return f"{fmt(values[0])} – {fmt(values[-1])}" if values else "—"
+
+
 def _shape(record: ResultRecord) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(record.params.items()) if k != "dtype")
 
@@ -329,9 +334,8 @@ def sdpa_reference(
         ok = [r for r in recs if r.status == "pass" and r.timing]
         times = sorted(r.timing.median for r in ok if r.timing)
         rates = sorted(r.throughput.tflops for r in ok if r.throughput and r.throughput.tflops)
-        span = f"{_us(times[0])} – {_us(times[-1])}" if times else "—"
-        rate = f"{rates[0]:.0f} – {rates[-1]:.0f}" if rates else "—"
-        rows.append([kernel, mask, f"{len(ok)} of {len(recs)}", span, rate])
+        rows.append([kernel, mask, f"{len(ok)} of {len(recs)}", _span(times, _us),
+                     _span(rates, lambda x: f"{x:.0f}")])  # fmt: skip
     for kernel, n in sorted(skipped.items()):
         rows.append([kernel, "skipped", str(n), "the backend cannot run these cases", ""])
     return _table(["kernel", "mask", "passed", "median, fastest – slowest", "TFLOP/s"], rows)
@@ -359,10 +363,9 @@ def flashinfer_reference(
             for r in ok
             if r.throughput and r.throughput.pct_of_peak is not None
         )
-        span = f"{_us(times[0])} – {_us(times[-1])}" if times else "—"
-        rate = f"{rates[0]:.0f} – {rates[-1]:.0f}" if rates else "—"
-        peak = f"{peaks[0]:.0f} – {peaks[-1]:.0f} %" if peaks else "—"
-        rows.append([kernel, dtypes, f"{len(ok)} of {len(recs)}", span, rate, peak])
+        rows.append([kernel, dtypes, f"{len(ok)} of {len(recs)}", _span(times, _us),
+                     _span(rates, lambda x: f"{x:.0f}"),
+                     _span(peaks, lambda x: f"{x:.0f} %")])  # fmt: skip
     header = ["kernel", "dtype", "passed", "median, fastest – slowest", "GB/s", "of copy peak"]
     return _table(header, rows)
 
