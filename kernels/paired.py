@@ -909,7 +909,7 @@ class _Screen:
             (role, i)
             for role, sides in self.sides.items()
             for i, side in enumerate(sides)
-            if getattr(side, "found_off", 0) > 0
+            if side.found_off > 0
         }
 
     def _warm(self, i: int) -> tuple[float, float]:
@@ -1012,7 +1012,7 @@ class _Screen:
             for role, i in off:
                 if (role, i) not in self.tries:  # once per comparison and side
                     proc = self.sides[role][i]
-                    proc.found_off = getattr(proc, "found_off", 0) + 1
+                    proc.found_off += 1
             renew = self.cures.respawn_pays()
             if not renew and any(self.tries.get(side, 0) for side in off):
                 log.info("new processes cured %d of %d here (in place %d of %d): set up again "

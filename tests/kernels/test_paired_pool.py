@@ -55,7 +55,8 @@ CROWD = pytest.mark.crowd
 
 
 def _screen(levels_a: list[float], levels_b: list[float], tol: float = 0.05) -> _Screen:
-    names = [SimpleNamespace(name=f"{r}{i}") for r in "AB" for i in range(len(levels_a))]
+    names = [SimpleNamespace(name=f"{r}{i}", found_off=0) for r in "AB"
+             for i in range(len(levels_a))]  # fmt: skip
     sides_a = cast(list[Side], names[: len(levels_a)])
     sides_b = cast(list[Side], names[len(levels_a) :])
     screen = _Screen(sides_a, sides_b, 10, PairedConfig(screen_tol=tol))
@@ -440,6 +441,7 @@ class _PlacedSide:
 
     def __init__(self, name: str, slow: bool) -> None:
         self.name, self.slow, self.setups, self.last = name, slow, [], {}
+        self.found_off = 0  # as a ``Side`` counts it
 
     def send(self, msg: dict[str, Any]) -> None:
         self.last = msg
@@ -476,6 +478,7 @@ class _LevelledSide:
 
     def __init__(self, name: str, levels: dict[str, list[float]], rnd: list[int]) -> None:
         self.name, self.levels, self.rnd = name, levels, rnd
+        self.found_off = 0  # as a ``Side`` counts it
 
     def ask(self, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         row = self.levels.get(self.name, [1.0])
