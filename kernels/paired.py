@@ -496,7 +496,8 @@ class PairedResult:
     host_late_groups: int = 0  # groups left out of the verdict (``on_time_groups``)
     late_groups: list[bool] = field(default_factory=list)  # per group: a block kept one
     # where the time went (seconds): setup_s (wall until every side was set up),
-    # setup_side_s / check_s (the slowest side's set-up and correctness check),
+    # setup_side_s / check_s (the slowest side's set-up and correctness check, and
+    # that check's parts: runner.CHECK_PARTS),
     # screen_s (warm-up blocks and set-ups again), blocks_s (the timed groups)
     costs: dict[str, float] = field(default_factory=dict)
     # the screen: every side's deviation from its role's median per round, the sides
@@ -675,7 +676,14 @@ def compare(
     costs["setup_s"] = time.perf_counter() - began
     log.info("set up %d sides in %.1f s", 2 * m, costs["setup_s"])
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
-    costs["check_s"] = max(float((d.get("info") or {}).get("check_s", 0.0)) for d in da + db)
+    # the longest warm-up (the timer's, until the clock is steady: up to max_warmup_s
+    # while every side of the pool warms up on the one GPU at once)
+    costs["setup_warmup_s"] = max(float(d.get("warmup_s") or 0.0) for d in da + db)
+    checker = max(da + db, key=lambda d: float((d.get("info") or {}).get("check_s", 0.0)))
+    costs["check_s"] = float((checker.get("info") or {}).get("check_s", 0.0))
+    # the slowest check's parts (runner.CHECK_PARTS), where its side reported them
+    for part, spent in ((checker.get("info") or {}).get("check_parts") or {}).items():
+        costs[str(part)] = float(spent)
     k = min(int(d.get("placements", k)) for d in da + db)
     per_sample = max(max(d["sample_s"] for d in da + db), 1e-7)
     samples = max(3, min(2000, int(cfg.block_s / per_sample)))

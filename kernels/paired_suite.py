@@ -187,12 +187,14 @@ def case(
             torch.cuda.synchronize(device)
         return call, inputs, _timer_hints(spec)
     began = time.perf_counter()
-    fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device, seed)
+    parts: dict[str, float] = {}
+    fn, inputs, correctness = checked_case(spec, resolve_impl(impl), device, seed, parts)
     if not correctness.passed:
         raise BrokenCase(correctness.detail or "correctness check failed", correctness)
     info = {
         "correctness": asdict(correctness),
         "check_s": time.perf_counter() - began,
+        "check_parts": parts,
         **_timer_hints(spec),
     }
     return (lambda i: spec.invoke(fn, i)), inputs, info

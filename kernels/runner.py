@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
@@ -270,7 +271,11 @@ def blank_record(spec: CaseSpec, suite: str, cid: str, backend: str) -> ResultRe
 
 
 def checked_case(
-    spec: CaseSpec, impl: str, device: torch.device, seed: int | None = None
+    spec: CaseSpec,
+    impl: str,
+    device: torch.device,
+    seed: int | None = None,
+    spent: dict[str, float] | None = None,
 ) -> tuple[Any, dict[str, Any], Correctness]:
     """The implementation, fresh inputs, and one checked call against the reference.
 
@@ -281,23 +286,60 @@ def checked_case(
     the low-precision reference's own error at the floor of the dtype the case
     computes in (``correctness.py``). Shared by the runner and the paired mode, so
     both refuse to time a wrong result alike.
+
+    ``spent``, when given, receives where the check's seconds went (``CHECK_PARTS``):
+    on the H200 (2026-12-04) SDPA prefill's check was 1.7 s of a 4.6 s case at the
+    median, and only its total was known.
     """
+    clock = _PartClock(device, spent)
     fn = load_impl(impl, spec.kernel)
     gen = torch.Generator(device=device)
     if seed is None:
         seed = random_seed()
     gen.manual_seed(seed)
+    clock.lap("check_load_s")
     inputs = spec.make_inputs(gen, device)
     poison_(inputs["out"])
+    clock.lap("check_inputs_s")
     with build_profile_skips():
         spec.invoke(fn, inputs)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    clock.lap("check_call_s")
     hi = torch.float64 if device.type == "cpu" else torch.float32
     ref = spec.reference(inputs, hi)
     lowp = spec.reference(inputs, spec.dtype) if spec.dtype not in (hi,) else None
+    clock.lap("check_reference_s")
     dtype = compute_dtype(spec.dtype, inputs)
-    return fn, inputs, check(inputs["out"], ref, lowp, dtype, spec.tolerance_kind)
+    correctness = check(inputs["out"], ref, lowp, dtype, spec.tolerance_kind)
+    clock.lap("check_compare_s")
+    return fn, inputs, correctness
+
+
+# Where a correctness check's seconds go, in the order it spends them: the library's
+# import, the inputs, the kernel's first call, the two references, the comparison.
+CHECK_PARTS = (
+    "check_load_s",
+    "check_inputs_s",
+    "check_call_s",
+    "check_reference_s",
+    "check_compare_s",
+)
+
+
+class _PartClock:
+    """Laps of a check, each ended by a device sync so GPU work lands in its own part."""
+
+    def __init__(self, device: torch.device, spent: dict[str, float] | None) -> None:
+        self.device = device
+        self.spent = spent
+        self.last = time.perf_counter()
+
+    def lap(self, part: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the kernel's call always was; cheap after
+        now = time.perf_counter()
+        if self.spent is not None:
+            self.spent[part] = self.spent.get(part, 0.0) + now - self.last
+        self.last = now
 
 
 # Seeds of case inputs: 31 bits, exact in JSON (records carry them) and in any reader.

@@ -35,9 +35,16 @@ ADAPTERS = "kernelwatch.kernels.adapters"
 LIGER = host.SOURCES / "liger" / "src"
 # the record's host_late_* counts: samples retaken, kept at the cap, groups left out
 LATE_COUNTS = ("retaken", "kept", "groups")
-# the breakdown's keys, in the order a case spends them (PairedSection.cost)
-COSTS = ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "prewarm_s",
-         "setup_s", "check_s", "screen_s", "blocks_s", "confirmation_s")  # fmt: skip
+
+
+def cost_keys() -> tuple[str, ...]:
+    """The breakdown's keys, in the order a case spends them (PairedSection.cost); the
+    check's parts come from kernelwatch, importable only once ``prelude`` has run."""
+    from kernelwatch.kernels.runner import CHECK_PARTS
+
+    return ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "prewarm_s",
+            "setup_s", "setup_warmup_s", "check_s", *CHECK_PARTS, "screen_s", "blocks_s",
+            "confirmation_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
     walls = [c["wall_s"] for c in passed]
     breakdown = {
         key: round(statistics.median([c["cost"].get(key, 0.0) for c in passed]), 3)
-        for key in COSTS
+        for key in cost_keys()
     } if passed else {}  # fmt: skip
     return {
         "verdicts": verdicts,
@@ -256,7 +263,9 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             f"{len(walls)} cases (max {walls[-1]:.1f}); 200 cases at the median: "
             f"{200 * statistics.median(walls) / 60:.1f} min"
         )
-        medians = {k: statistics.median([c["cost"].get(k, 0.0) for c in every]) for k in COSTS}
+        medians = {
+            k: statistics.median([c["cost"].get(k, 0.0) for c in every]) for k in cost_keys()
+        }
         table.append(
             "median breakdown s: "
             + "  ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in medians.items())

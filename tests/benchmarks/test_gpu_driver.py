@@ -149,7 +149,9 @@ def test_suite_aa_counts_verdicts_and_wall_seconds_per_case(
     assert res["blocked_passes"] == int(suite["blocked"])
     # each case's price and where it went, from its record (PairedSection.gpu_s / cost)
     assert all(c["cost"]["wall_s"] == pytest.approx(c["wall_s"], abs=0.01) for c in cases)
-    assert set(suite["cost_median"]) == set(suite_aa.COSTS)
+    assert set(suite["cost_median"]) == set(suite_aa.cost_keys())
+    # the check's parts, measured in its side, lie within the check (runner.CHECK_PARTS)
+    assert all(0 < c["cost"]["check_reference_s"] <= c["cost"]["check_s"] for c in cases)
 
 
 def test_host_gap_times_each_case_with_the_guard_off_and_on_idle_and_loaded(

@@ -45,6 +45,7 @@ from kernelwatch.kernels.paired_suite import (
     side_home,
 )
 from kernelwatch.kernels.record import PairedSection
+from kernelwatch.kernels.runner import CHECK_PARTS
 from kernelwatch.kernels.verdict import CaseVerdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -750,6 +751,10 @@ def test_every_case_carries_its_gpu_seconds_and_where_they_went(tmp_path: Path) 
         assert p["gpu_s"] > 0 and p["cost"]["wall_s"] == pytest.approx(p["gpu_s"])
         spent = sum(p["cost"].get(k, 0.0) for k in ("setup_s", "screen_s", "blocks_s"))
         assert 0 < spent <= p["gpu_s"] + 0.05
+        # the slowest check's parts: each measured, together within the check's total
+        parts = [p["cost"][k] for k in CHECK_PARTS]
+        assert all(t >= 0 for t in parts) and p["cost"]["check_reference_s"] > 0
+        assert sum(parts) <= p["cost"]["check_s"] + 1e-3
     # the pool starts once: the first case waited for it, the second did not
     assert first["cost"]["start_wait_s"] > 0 and first["cost"]["process_start_s"] > 0
     assert "start_wait_s" not in second["cost"]
