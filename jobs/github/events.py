@@ -71,7 +71,7 @@ from kernelwatch.jobs.github.client import GitHubError, check_full_name
 from kernelwatch.jobs.github.fields import PayloadError
 from kernelwatch.jobs.github.reporter import Reporter
 from kernelwatch.jobs.github.watched import Secrets, WatchedRepo
-from kernelwatch.jobs.library.mirror import Mirror
+from kernelwatch.jobs.library.mirror import Mirror, public_source
 from kernelwatch.jobs.library.served import table as served_table
 from kernelwatch.jobs.planning import cancel
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, PlannedRun, RunRequest, plan
@@ -199,12 +199,19 @@ class WebhookHandler:
         except (SourceError, InfrastructureError) as exc:
             # Our side (fetch, broker): let GitHub's redelivery try again.
             self.release(delivery)
-            return Outcome(503, "error", str(exc))
+            return Outcome(503, "error", self._public(str(exc)))
         except DataError as exc:
             # A value fields.py should have refused: still the payload's fault, not ours.
             log.warning("delivery %s: database refused a payload value: %s", delivery, exc)
             self.release(delivery)
             return Outcome(422, "invalid", "a payload value does not fit the database")
+        except IntegrityError as exc:
+            # A concurrent delivery wrote the same row first (where no retry covers it):
+            # released, so a redelivery is handled, not answered ``duplicate``
+            log.warning("delivery %s: a concurrent delivery's row: %s", delivery, exc)
+            self.release(delivery)
+            return Outcome(503, "error", "a concurrent delivery changed the same records; "
+                           "redeliver this one")  # fmt: skip
         except Exception:
             self.release(delivery)
             raise
@@ -332,26 +339,35 @@ class WebhookHandler:
         fork = head_repo != repo.full_name  # a deleted fork (repo null) is a fork too
         author = _login(pr, "user", "login")
         event_at = fields.timestamp(pr.get("updated_at"))
-        with self.factory() as session, session.begin():
-            row = session.scalars(
-                select(PullRequest).where(
-                    PullRequest.full_name == repo.full_name, PullRequest.number == number
-                )
-            ).first()
-            first_sight = row is None  # whatever the action: this is all we know
-            if row is None:
-                row = PullRequest(full_name=repo.full_name, number=number, head_sha=head_sha)
-                session.add(row)
-            fresh = first_sight or not _older(event_at, row.head_event_at)
-            if fresh and (action in HEAD_MOVING_ACTIONS or first_sight):
-                row.head_sha, row.head_ref, row.head_repo = head_sha, head_ref, head_repo
-                row.base_ref, row.base_sha = base_ref, base_sha
-                row.fork, row.author = fork, author
-                row.head_event_at = event_at or row.head_event_at
-            if fresh and action in ("closed", *HEAD_MOVING_ACTIONS):
-                row.state = "closed" if action == "closed" else "open"
-            current = row.head_sha == head_sha
-            known_head = row.head_sha
+
+        def upsert() -> tuple[bool, bool, str]:
+            """The pull request's row brought up to this event: (fresh, current, head)."""
+            with self.factory() as session, session.begin():
+                row = session.scalars(
+                    select(PullRequest).where(
+                        PullRequest.full_name == repo.full_name, PullRequest.number == number
+                    )
+                ).first()
+                first_sight = row is None  # whatever the action: this is all we know
+                if row is None:
+                    row = PullRequest(full_name=repo.full_name, number=number, head_sha=head_sha)
+                    session.add(row)
+                fresh = first_sight or not _older(event_at, row.head_event_at)
+                if fresh and (action in HEAD_MOVING_ACTIONS or first_sight):
+                    row.head_sha, row.head_ref, row.head_repo = head_sha, head_ref, head_repo
+                    row.base_ref, row.base_sha = base_ref, base_sha
+                    row.fork, row.author = fork, author
+                    row.head_event_at = event_at or row.head_event_at
+                if fresh and action in ("closed", *HEAD_MOVING_ACTIONS):
+                    row.state = "closed" if action == "closed" else "open"
+                return fresh, row.head_sha == head_sha, row.head_sha
+
+        try:
+            fresh, current, known_head = upsert()
+        except IntegrityError:
+            # GitHub sends a new pull request's ``opened`` and ``labeled`` at once: the
+            # other delivery inserted the row first, and this one now finds it
+            fresh, current, known_head = upsert()
         if action == "closed":
             if not fresh:
                 return Outcome(202, "ignored", "an older close of a pull request since reopened")
@@ -457,11 +473,11 @@ class WebhookHandler:
         self, repo: WatchedRepo, number: int, head_sha: str, action: str, pr: dict[str, Any]
     ) -> Outcome:
         labels = pr.get("labels")
-        names = (
-            {lb.get("name") for lb in labels if isinstance(lb, dict)}
-            if isinstance(labels, list)
-            else set()
-        )
+        names = {
+            label["name"]
+            for label in (labels if isinstance(labels, list) else [])
+            if isinstance(label, dict) and isinstance(label.get("name"), str)
+        }
         github = self.reporter.github
         if action == "synchronize" and repo.approval_label in names and github is not None:
             # New commits after an approval: the label must be added again for them.
@@ -550,8 +566,19 @@ class WebhookHandler:
         return mirror
 
     def _error(self, repo: WatchedRepo, sha: str, message: str) -> Outcome:
+        message = self._public(message)
         self.reporter.send_statuses(repo.full_name, sha, repo.device_classes, "error", message)
         return Outcome(202, "error", message)
+
+    def _public(self, text: str) -> str:
+        """``text`` as GitHub may see it (a commit status, a delivery's answer): a watched
+        repository's source (a server path, or a URL that may hold a token) named by its
+        repository, the server's data folder left out."""
+        for repo in self.repos.values():
+            for form in (repo.source, public_source(repo.source)):
+                if form:
+                    text = text.replace(form, repo.full_name)
+        return text.replace(str(self.settings.data_dir), "<kernelwatch data>")
 
     def _plan(
         self,
@@ -573,11 +600,10 @@ class WebhookHandler:
                 base_classes = configs.at(baseline).gpus.pick(repo.device_classes)
                 classes = [c for c in repo.device_classes if c in {*classes, *base_classes}]
         except ConfigError as exc:
+            said = self._public(str(exc))
             for sha in targets:
-                self.reporter.send_statuses(
-                    repo.full_name, sha, repo.device_classes, "error", str(exc)
-                )
-            return Outcome(202, "config_error", str(exc))
+                self.reporter.send_statuses(repo.full_name, sha, repo.device_classes, "error", said)
+            return Outcome(202, "config_error", said)
         suites = list(repo.suites or ())
         with self.factory() as session, session.begin():
             get_or_create_repository(session, repo.full_name, mirror.source)

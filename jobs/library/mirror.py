@@ -112,10 +112,25 @@ def git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> 
     return proc.stdout
 
 
+def public_source(source: str) -> str:
+    """``source`` (or a text holding it) as a message may show it: URLs without their
+    user and password.
+
+    A server's source URL may carry a token (``https://x-access-token:TOKEN@host/…``);
+    messages about a fetch or a missing commit reach logs, the command line and, through
+    the webhook handler, GitHub's commit statuses.
+    """
+    return _USERINFO.sub("", source)
+
+
+# a URL's ``user[:password]@`` after its ``//``, wherever it stands in a text
+_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
+
+
 def validate_source(source: str) -> str:
     """A local path (made absolute) or a URL; refuse option-like and ext:: sources."""
     if not source or source.startswith("-") or source.lower().startswith("ext::"):
-        raise SourceError(f"refusing repository source {source!r}")
+        raise SourceError(f"refusing repository source {public_source(source)!r}")
     if "://" in source or re.match(r"^[\w.-]+@[\w.-]+:", source):
         return source
     path = Path(source).expanduser().resolve()
@@ -167,9 +182,10 @@ class Mirror:
                 else:
                     git("--git-dir", str(self.path), "fetch", "--prune", "--quiet", "origin")
             except subprocess.CalledProcessError as exc:
+                said = (exc.stderr or "").strip() or str(exc)
                 raise SourceError(
-                    f"cannot fetch {self.source}: {exc.stderr.strip() or exc}"
-                ) from exc
+                    public_source(f"cannot fetch {self.source}: {said}")
+                ) from None  # the chained error's command line holds the source as given
 
     def _healthy(self) -> bool:
         try:
@@ -190,7 +206,9 @@ class Mirror:
                 "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"
             ).strip()
         except subprocess.CalledProcessError:
-            raise CommitNotFound(f"commit {rev!r} not found in {self.source}") from None
+            raise CommitNotFound(
+                f"commit {rev!r} not found in {public_source(self.source)}"
+            ) from None
 
     def has_commit(self, sha: str) -> bool:
         try:

@@ -8,6 +8,8 @@ GitHub of tests/fake_github.py. Recorded payloads come from tests/fixtures/githu
 from __future__ import annotations
 
 import json
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,10 @@ from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.jobs.api import create_app
+from kernelwatch.jobs.errors import SourceError
 from kernelwatch.jobs.github.client import GitHubClient
 from kernelwatch.jobs.github.watched import WatchedRepo, parse_repos
+from kernelwatch.jobs.library.mirror import public_source, validate_source
 from kernelwatch.jobs.planning.broker import make_celery
 from tests.fake_github import FakeGitHub, delivery_headers, load_payload
 from tests.helpers import git, library_files, make_repo
@@ -552,6 +556,48 @@ def test_fork_author_on_the_allow_list_runs_without_label(
     assert api.post("pull_request", fork_payload(source)).json()["status"] == "planned"
 
 
+def test_labels_of_any_shape_never_cause_a_server_error(api: Api, source: dict[str, str]) -> None:
+    # a label whose name is a list or an object made a set of unhashables: a 500
+    payload = fork_payload(source)
+    payload["pull_request"]["labels"] = [{"name": ["x"]}, {"name": {"a": 1}}, {"name": 5}, "y"]
+    r = api.post("pull_request", payload)
+    assert r.status_code == 202 and r.json()["status"] == "awaiting_approval", r.text
+
+
+def test_a_new_prs_opened_and_labeled_arriving_at_once_both_succeed(
+    api: Api, source: dict[str, str]
+) -> None:
+    # GitHub sends both for a pull request created with labels; the second insert of the
+    # pull request's row failed its unique key, a 500 that left the PR unmeasured (8 of
+    # 8 tries before the mend)
+    handler = api.ctx.handler
+    for number in (30, 31, 32):
+        opened = pr_payload(source)
+        labeled = {**pr_payload(source), "action": "labeled", "label": {"name": "perf"}}
+        opened["number"] = labeled["number"] = number
+        gate = threading.Barrier(2)
+        outcomes: dict[str, str] = {}
+
+        def deliver(payload: dict[str, Any], gate: threading.Barrier = gate,
+                    outcomes: dict[str, str] = outcomes) -> None:  # fmt: skip
+            gate.wait()
+            try:
+                done = handler.handle("pull_request", uuid.uuid4().hex, payload, None)
+                outcomes[payload["action"]] = done.outcome
+            except Exception as exc:  # what the route would answer with a 500
+                outcomes[payload["action"]] = f"raised {type(exc).__name__}"
+
+        threads = [threading.Thread(target=deliver, args=(p,)) for p in (opened, labeled)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert outcomes == {"opened": "planned", "labeled": "ignored"}, outcomes
+    with api.factory() as s:
+        rows = s.scalars(select(PullRequest).where(PullRequest.number.in_([30, 31, 32]))).all()
+        assert sorted(pr.number for pr in rows) == [30, 31, 32]
+
+
 def test_pr_from_a_deleted_fork_counts_as_a_fork(api: Api, source: dict[str, str]) -> None:
     payload = fork_payload(source)
     payload["pull_request"]["head"]["repo"] = None
@@ -577,6 +623,34 @@ def test_unreachable_source_is_503_and_can_be_redelivered(
     r = api.post("push", payload, delivery="d-1")
     assert r.status_code == 503
     assert api.count(WebhookDelivery) == 0  # released: GitHub's redelivery is processed
+    # the answer names the repository, not the server's path to it
+    assert str(tmp_path) not in r.text and FULL in r.json()["detail"], r.text
+
+
+def test_what_github_is_told_never_holds_the_servers_source(
+    api: Api, source: dict[str, str]
+) -> None:
+    # a pushed commit that is not in the repository: the error named the server's path
+    # (or a source URL with its token) in a public commit status and in the answer
+    missing = "1" * 40
+    r = api.post("push", push_payload(source, source["B"], missing))
+    assert r.status_code == 202 and r.json()["status"] == "error", r.text
+    status = api.fake.latest_status(FULL, missing, "kernelwatch/cpu")
+    assert status is not None and status["state"] == "error"
+    for told in (status["description"], r.json()["detail"]):
+        assert source["path"] not in told and str(api.settings.data_dir) not in told, told
+        assert FULL in told and missing[:12] in told, told
+
+
+def test_a_source_url_is_shown_without_its_credentials() -> None:
+    token = "https://x-access-token:ghp_SECRET@git.example.com/acme/kernels.git"
+    assert public_source(token) == "https://git.example.com/acme/kernels.git"
+    assert public_source("ssh://git@host:22/a/b.git") == "ssh://host:22/a/b.git"
+    for kept in ("/srv/src/kernels", "git@github.com:acme/kernels.git", "https://h/a/b"):
+        assert public_source(kept) == kept
+    with pytest.raises(SourceError) as caught:
+        validate_source("ext::" + token)
+    assert "ghp_SECRET" not in str(caught.value)
 
 
 # ----------------------------------------------------------------------------- fuzzing
