@@ -23,6 +23,7 @@ same watchdog over memory alone, for the worker's own trusted tools.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import stat
@@ -41,6 +42,7 @@ from kernelwatch.worker.sandbox import DEFAULT_LOG_MB
 
 TAIL_BYTES = 256_000
 CHUNK = 1 << 16
+log = logging.getLogger(__name__)
 POLL_S = 0.1
 
 
@@ -128,7 +130,10 @@ class LogSink:
             if end < 0:
                 break
             if i == 0 or data[i - 1 : i] == b"\n":
-                self._on_line(data[i:end].decode("utf-8", errors="replace"))
+                try:
+                    self._on_line(data[i:end].decode("utf-8", errors="replace"))
+                except Exception:  # a line the handler cannot take must not stop the drain
+                    log.exception("watched line not handled: %.200r", data[i:end])
             start = end + 1
         last = data.rfind(b"\n")
         rest = data[last + 1 :]

@@ -200,8 +200,11 @@ def _update(
     urls: dict[str, str] = {}
     options: list[str] = []
     for path in wanted:
-        if path not in known:
-            continue  # git says "did not match any file(s) known to git"
+        if path not in known:  # git would say "did not match any file(s) known to git"
+            raise ConfigError(
+                f"install.submodules names {path!r}, which .gitmodules at this commit does "
+                f"not declare (it declares: {', '.join(sorted(known)) or 'none'})"
+            )
         name, url = known[path]
         if not _NAME.match(name):
             raise ConfigError(f".gitmodules: submodule name {name!r} refused")

@@ -37,6 +37,12 @@ from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.venvs import copy_jit_seed
 
 MAX_RESTARTS = 50
+# A result record is a few kB (a paired one, with its screen, tens of kB); a longer line
+# of the records file is not one, and the worker never holds more of it than this. The
+# code under test can write the file: 600 MB without a newline once took the worker from
+# 0.2 to 2 GB, read whole at every poll.
+RECORD_LINE_MAX = 8 * 2**20
+RECORDS_MAX = 256 * 10**6  # of the whole file, read at the end of a pass
 LOG_TAIL_BYTES = 200_000  # of each pass's log file, the part kept in memory and the database
 
 
@@ -115,19 +121,21 @@ def _passes(
         code, current, why = _one_pass(req, out_path, log_path, skip, deadline)
         log_text = read_tail(log_path, LOG_TAIL_BYTES)
         logs.append(log_text)
-        for rec in _read_records(out_path, req):
+        read, unread = _read_records(out_path, req)
+        for rec in read:
             if rec.case_id not in records:
                 records[rec.case_id] = rec
                 if on_record:
                     on_record(rec)
         if code == 0 and not why:
-            return SuiteOutcome(list(records.values()), _join(logs))
+            return SuiteOutcome(list(records.values()), _join(logs), aborted=unread)
         if current is None or current[0] in records:
             # Died outside a case (import error, bad arguments): nothing to skip past.
+            said = f"suite runner {why or describe_exit(code)}\n{_tail(log_text, 3000)}"
             return SuiteOutcome(
                 list(records.values()),
                 _join(logs),
-                aborted=f"suite runner {why or describe_exit(code)}\n{_tail(log_text, 3000)}",
+                aborted=f"{said}\n{unread}" if unread else said,
             )
         cid, kernel, params = current
         rec = _error_record(
@@ -191,6 +199,8 @@ def _one_pass(
 
     def on_marker(line: str) -> None:
         parts = line.split(maxsplit=3)
+        if len(parts) < 2:  # the code under test printed the prefix alone: not a marker
+            return
         marker.append(
             (parts[1], parts[2] if len(parts) > 2 else "?", parts[3] if len(parts) > 3 else "{}")
         )
@@ -253,6 +263,7 @@ class _RecordWatch:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = _size(path)
+        self.skipping = False  # inside a line longer than RECORD_LINE_MAX: not a record
 
     def new_case_ids(self) -> set[str]:
         if _size(self.path) <= self.offset:
@@ -263,11 +274,19 @@ class _RecordWatch:
             return set()
         with fh:
             fh.seek(self.offset)
-            chunk = fh.read()
-        whole = chunk[: chunk.rfind(b"\n") + 1]
-        self.offset += len(whole)
+            chunk = fh.read(RECORD_LINE_MAX)
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            if len(chunk) == RECORD_LINE_MAX:  # no line end in a whole read: pass it by
+                self.offset += len(chunk)
+                self.skipping = True
+            return set()
+        self.offset += end
+        lines = chunk[:end].splitlines()
+        if self.skipping:  # the first line's end belongs to the long line passed by
+            lines, self.skipping = lines[1:], False
         ids = set()
-        for line in whole.splitlines():
+        for line in lines:
             try:
                 data = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
@@ -284,35 +303,52 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _read_records(path: Path, req: SuiteRequest) -> list[ResultRecord]:
-    """The records written so far, each validated; a line cut short by a crash is skipped."""
+def _read_records(path: Path, req: SuiteRequest) -> tuple[list[ResultRecord], str]:
+    """The records written so far, each validated, and what of the file was not read
+    (``_lines``); a line cut short by a crash is skipped."""
     if not path.exists():
-        return []
+        return [], ""
     out = []
-    for line in _lines(path):
+    lines, unread = _lines(path)
+    for line in lines:
         try:
             data = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut by a crash
         out.append(_validated(req, data, line))
-    return out
+    return out, unread
 
 
-def _lines(path: Path, limit: int = 256 * 10**6) -> list[str]:
-    """The file's lines up to ``limit`` bytes: the runner writes it, so it may be a flood too."""
+def _lines(path: Path) -> tuple[list[str], str]:
+    """The file's lines up to ``RECORDS_MAX`` bytes, and what was not read, in words (""
+    when all was): the code under test can write the file, so it may be a flood, or one
+    line without an end. No more than ``RECORD_LINE_MAX`` bytes of a line are held."""
+    limit, line_max = RECORDS_MAX, RECORD_LINE_MAX
     out: list[str] = []
-    used = 0
+    used = long_lines = 0
     try:  # O_NOFOLLOW: the code under test writes this directory
         fh = open_regular(path)
     except OSError:
-        return out
+        return out, ""
     with fh:
-        for raw in fh:
-            used += len(raw)
-            if used > limit:
+        while used <= limit:
+            raw = fh.readline(line_max + 1)
+            if not raw:
                 break
-            out.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
-    return out
+            used += len(raw)
+            if len(raw) <= line_max:
+                out.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
+                continue
+            long_lines += 1  # not a record: read past it, a piece at a time
+            while raw and not raw.endswith(b"\n") and used <= limit:
+                raw = fh.readline(line_max)
+                used += len(raw)
+    unread = []
+    if long_lines:
+        unread.append(f"{long_lines} line(s) over {line_max / 2**20:g} MiB, not records")
+    if used > limit:
+        unread.append(f"the file passed {limit / 1e6:g} MB and the rest was not read")
+    return out, ("records file: " + "; ".join(unread)) if unread else ""
 
 
 def _validated(req: SuiteRequest, data: Any, line: str) -> ResultRecord:

@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from kernelwatch.jobs.errors import ConfigError, InstallError
+from kernelwatch.jobs.errors import ConfigError, InfrastructureError, InstallError
 from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
 from kernelwatch.jobs.library.repoconfig import FILE
@@ -407,7 +407,9 @@ class EnvCache:
                 log_path.write_text(exc.log, encoding="utf-8")
                 shutil.rmtree(dest, ignore_errors=True)
                 raise
-            except ConfigError as exc:  # the recipe's fault, said as such (not a build failure)
+            except (ConfigError, InfrastructureError) as exc:
+                # the recipe's fault, or ours (no sandbox, a submodule mirror down): said
+                # as such, never as a build failure of the commit; ours is retried
                 log_path.write_text(f"{exc}\n", encoding="utf-8")
                 shutil.rmtree(dest, ignore_errors=True)
                 raise

@@ -138,6 +138,13 @@ def _relpath(value: Any) -> str:
     return "" if str(path) == "." else str(path)
 
 
+def _submodule_path(value: Any) -> str:
+    path = _relpath(value)
+    if not path:  # "" or ".": git refuses an empty pathspec, and "." is the checkout
+        fail(f"must name a submodule's folder, not the checkout itself, got {shown(value)}")
+    return path
+
+
 def _relglob(value: Any) -> str:
     if not isinstance(value, str) or not value:
         fail(f"must be a glob pattern string, got {shown(value)}")
@@ -170,6 +177,7 @@ Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
 Argv = Annotated[tuple[str, ...], BeforeValidator(_argv)]
 Commands = Annotated[tuple[Argv, ...], BeforeValidator(_commands)]
 RelPath = Annotated[str, BeforeValidator(_relpath)]
+SubmodulePath = Annotated[str, BeforeValidator(_submodule_path)]
 RelGlob = Annotated[str, BeforeValidator(_relglob)]
 Env = Annotated[dict[str, str], BeforeValidator(_env)]
 
@@ -257,7 +265,7 @@ class InstallProfile(Table):
     cwd: RelPath | None = None
     subdirectory: RelPath | None = None
     pythonpath: tuple[RelPath, ...] | None = None
-    submodules: tuple[RelPath, ...] | None = None
+    submodules: tuple[SubmodulePath, ...] | None = None
     env: Env | None = None
     timeout_s: Timeout | None = None
     stub_sources: StubSources | None = None
@@ -290,7 +298,7 @@ class InstallRecipe(Table):
     cwd: RelPath = ""
     subdirectory: RelPath = ""
     pythonpath: tuple[RelPath, ...] = ()
-    submodules: tuple[RelPath, ...] = ()
+    submodules: tuple[SubmodulePath, ...] = ()
     # What decides the build and what runs: a commit that changes none of these paths
     # (files, folders or submodules) builds the same library as its parent, so a
     # bisection never builds or blames it (``jobs/planning/bisect.py:distinct_builds``).

@@ -141,6 +141,12 @@ def parse(text: str | None, name: str = FILE) -> RepoConfig:
     depth = table_depth(data)
     if depth > MAX_DEPTH:
         raise ConfigError(_too_deep(name, depth, "tables"))
+    where = nul_at(data)
+    if where is not None:
+        raise ConfigError(
+            f"{name}: {where or 'a key'} holds a NUL character (\\u0000), which no path, "
+            "name, argument or variable can carry"
+        )
     try:
         return RepoConfig.model_validate(data, context={FROM_FILE: True})
     except ValidationError as exc:
@@ -203,6 +209,30 @@ def table_depth(data: Any) -> int:
         elif isinstance(value, list):
             todo += [(v, depth + 1) for v in value]
     return deepest
+
+
+def nul_at(data: Any) -> str | None:
+    """The dotted key of the first string (a key or a value) holding a NUL, else None.
+
+    TOML's ``\\u0000`` escape parses, and every field reaches an ``execve`` argument, a
+    path or an environment variable, none of which can carry one: found here, the file
+    is refused naming the key, not failed later as "embedded null byte" in a build or
+    as an internal error of the worker.
+    """
+    todo: list[tuple[Any, str]] = [(data, "")]
+    while todo:
+        value, key = todo.pop()
+        if isinstance(value, str) and "\x00" in value:
+            return key
+        if isinstance(value, dict):
+            for k, v in value.items():
+                inner = f"{key}.{k}" if key else str(k)
+                if "\x00" in str(k):
+                    return inner.replace("\x00", "\\u0000")
+                todo.append((v, inner))
+        elif isinstance(value, list):
+            todo += [(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return None
 
 
 def _too_large(name: str, size: int) -> str:

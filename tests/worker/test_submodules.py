@@ -67,6 +67,19 @@ def test_an_unreachable_mirror_is_an_infrastructure_error(
         submodules.update(checkout, ["csrc/cutlass"], {UPSTREAM: str(tmp_path / "no-such")})
 
 
+def test_a_submodule_the_commit_does_not_declare_is_the_recipes_error(
+    tmp_path: Path, repos: tuple[Path, Path, str, str]
+) -> None:
+    # a typo in install.submodules reached git ("did not match any file(s)"), an
+    # infrastructure error: retried as an outage instead of named as the file's
+    cutlass, fa, sha, _ = repos
+    mirror = Mirror(tmp_path / "mirrors", str(fa))
+    mirror.sync()
+    checkout = mirror.worktree(sha, tmp_path / "w3")
+    with pytest.raises(ConfigError, match=r"'csrc/cutlas'.*declares: csrc/cutlass"):
+        submodules.update(checkout, ["csrc/cutlas"], {UPSTREAM: str(cutlass)})
+
+
 def test_mirror_maps_parse_from_json_or_pairs() -> None:
     assert submodules.parse_mirrors(None) == {}
     pairs = submodules.parse_mirrors(

@@ -6,7 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.worker import suite_process
 from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
 
@@ -99,3 +102,65 @@ def test_time_after_a_cases_record_is_not_charged_to_that_case(tmp_path: Path) -
     assert not outcome.aborted, outcome.aborted
     (record,) = outcome.records
     assert record.case_id == "last" and record.status == "pass"
+
+
+# A runner whose code under test prints the case marker's prefix alone, then floods the
+# records file with one line that has no end, then writes its records.
+HOSTILE_RUNNER = """
+import json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+flood = int(sys.argv[sys.argv.index("--flood-mb") + 1]) if "--flood-mb" in sys.argv else 0
+def record(cid):
+    return {"schema": 1, "suite": "basic", "case_id": cid, "kernel": "softmax",
+            "backend": "fake", "params": {"rows": 4}, "status": "pass"}
+print("KW-CASE-START first softmax {}", file=sys.stderr, flush=True)
+print("KW-CASE-START    ", file=sys.stderr, flush=True)
+with open(out, "a") as fh:
+    fh.write(json.dumps(record("first")) + "\\n")
+    for _ in range(flood):
+        fh.write("x" * 2**20)
+    fh.write("\\n" if flood else "")
+    print("KW-CASE-START after softmax {}", file=sys.stderr, flush=True)
+    fh.write(json.dumps(record("after")) + "\\n")
+print("the end of the output", file=sys.stderr, flush=True)
+"""
+
+
+def test_a_bare_case_marker_is_not_a_case_and_the_log_drains_on(tmp_path: Path) -> None:
+    # ``KW-CASE-START`` and spaces raised IndexError in the log's pump thread: the rest
+    # of the output went unlogged and unlimited, and the case "timed out"
+    (tmp_path / "hostile.py").write_text(HOSTILE_RUNNER)
+    outcome = run_suite(_request(tmp_path, "hostile", 20))
+    assert not outcome.aborted, outcome.aborted
+    assert [r.case_id for r in outcome.records] == ["first", "after"]
+    assert all(r.status == "pass" for r in outcome.records)
+    assert "the end of the output" in outcome.log
+
+
+def test_a_records_line_without_an_end_is_read_in_bounded_pieces_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 600 MB with no newline once took the worker from 0.2 to 2 GB: the watch read it
+    # whole at every poll. Lines over the cap are passed by and named; the records on
+    # either side stay. (The cap is lowered so that a few MB show it.)
+    monkeypatch.setattr(suite_process, "RECORD_LINE_MAX", 2**20)
+    (tmp_path / "hostile.py").write_text(HOSTILE_RUNNER)
+    request = _request(tmp_path, "hostile", 20)
+    request.extra_args += ["--flood-mb", "5"]
+    outcome = run_suite(request)
+    assert [r.case_id for r in outcome.records] == ["first", "after"]
+    assert outcome.aborted == "records file: 1 line(s) over 1 MiB, not records"
+
+
+def test_the_records_watch_holds_no_more_than_a_line_cap_of_a_long_line(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b"")
+    watch = suite_process._RecordWatch(path)
+    cap = suite_process.RECORD_LINE_MAX
+    with path.open("ab") as fh:
+        fh.write(b"y" * (cap + 10))
+    assert watch.new_case_ids() == set() and watch.skipping
+    assert watch.offset == cap  # passed by, a whole read at a time
+    with path.open("ab") as fh:
+        fh.write(b"tail\n" + json.dumps({"case_id": "kept"}).encode() + b"\n")
+    assert watch.new_case_ids() == {"kept"} and not watch.skipping

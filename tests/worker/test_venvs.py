@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.jobs.errors import InstallError
+from kernelwatch.jobs.errors import InfrastructureError, InstallError
 from kernelwatch.jobs.library.libspec import CommitSpec, parse_version_spec
 from kernelwatch.worker.recipes import BuildRecipe
 from kernelwatch.worker.venvs import (
@@ -180,6 +180,21 @@ def test_commit_build_failure_and_timeout_are_install_errors(tmp_path: Path) -> 
         cache.commit_env(spec, slow, _copy(_source(tmp_path)), use_ccache=False)
     assert not any((tmp_path / "envs" / "entries").iterdir())
     assert len(list((tmp_path / "envs" / "logs").iterdir())) == 2
+
+
+def test_an_outage_during_a_build_is_ours_not_the_commits(tmp_path: Path) -> None:
+    # a submodule mirror down or no sandbox (InfrastructureError: retried) became
+    # "building ... failed", a build failure blamed on the commit and never retried
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN)
+
+    def build(dest: Path) -> tuple[str, tuple[str, ...]]:
+        raise InfrastructureError("submodule update failed (exit 128): mirror unreachable")
+
+    with pytest.raises(InfrastructureError, match="mirror unreachable"):
+        cache._ensure({"kind": "commit", "spec": "lib@" + "c" * 40}, build)
+    assert not any((tmp_path / "envs" / "entries").iterdir())  # nothing half-built kept
+    (log,) = (tmp_path / "envs" / "logs").iterdir()
+    assert "mirror unreachable" in log.read_text()
 
 
 def test_the_toolchain_probe_reads_the_interpreter() -> None:

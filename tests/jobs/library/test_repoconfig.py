@@ -279,3 +279,27 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     mirror.sync()
     with pytest.raises(ConfigError, match=r"bytes, over the limit of 262144"):
         read_at(mirror, git(src, "rev-parse", "HEAD"))
+
+
+# TOML's \u0000 escape parses; a NUL reached Popen as "embedded null byte", an internal
+# error of the worker instead of the file's (found by an audit, 2026-12-05)
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[install]\ncwd = "a\\u0000b"', "install.cwd"),
+        ('[install]\nenv = {X = "a\\u0000b"}', "install.env.X"),
+        ('[install]\ncommands = [["make", "a\\u0000"]]', "install.commands[0][1]"),
+        ('[suites]\nnames = ["basic\\u0000x"]', "suites.names[0]"),
+        ('[install.profiles.t]\nsubmodules = ["c\\u0000"]', "install.profiles.t.submodules[0]"),
+    ],
+)  # fmt: skip
+def test_a_nul_anywhere_is_a_config_error_naming_its_key(text: str, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    assert str(err.value).startswith(f".kernelwatch.toml: {key} holds a NUL character")
+
+
+@pytest.mark.parametrize("path", [".", ""])
+def test_a_submodule_path_must_name_a_folder_not_the_checkout(path: str) -> None:
+    with pytest.raises(ConfigError, match="install.submodules.0.*not the checkout itself"):
+        parse(f'[install]\nsubmodules = ["{path}"]')
