@@ -31,6 +31,7 @@ from kernelwatch.db.models import (
     Run,
 )
 from kernelwatch.db.selftest import CardSelftest
+from kernelwatch.db.store import public_source
 from kernelwatch.db.triage import TriageEvent
 from kernelwatch.db.types import JSONType
 from kernelwatch.jobs.judging import run_spread
@@ -115,7 +116,9 @@ def repositories(engine: Engine) -> pd.DataFrame:
         .group_by(Repository.id, Repository.name, Repository.source, Repository.default_branch)
         .order_by(Repository.name)
     )
-    return _frame(engine, q)
+    df = _frame(engine, q)
+    df["source"] = [public_source(str(s)) for s in df["source"]]  # a URL's token stays home
+    return df
 
 
 def busiest_repository(repos: pd.DataFrame) -> int | None:
@@ -291,6 +294,7 @@ def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
     if df.empty:
         return None
     row: dict[str, Any] = df.iloc[0].to_dict()
+    row["source"] = public_source(str(row["source"]))  # a URL's token stays on the server
     return row
 
 
@@ -622,6 +626,7 @@ def regressions(
     if repository_id is not None:
         q = q.where(Run.repository_id == repository_id)
     df = _frame(engine, q)
+    df["source"] = [public_source(str(s)) for s in df["source"]]  # a URL's token stays home
     df["plumbing_only"] = [
         # a change point is a slowdown in the history: a timing, plumbing only on the CPU
         plumbing_only(str(dc), CaseVerdict.REGRESSION if kind == CHANGEPOINT else str(kind))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,21 @@ def source_suffix(source: str) -> str:
     ``tinykern-0312``.
     """
     return f"{int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) % 10_000:04d}"
+
+
+def public_source(source: str) -> str:
+    """``source`` (or a text holding it) as a message or a page may show it: URLs
+    without their user and password.
+
+    A server's source URL may carry a token (``https://x-access-token:TOKEN@host/…``);
+    messages about a fetch or a missing commit reach logs, the command line and, through
+    the webhook handler, GitHub's commit statuses; the dashboard shows the source too.
+    """
+    return _USERINFO.sub("", source)
+
+
+# a URL's ``user[:password]@`` after its ``//``, wherever it stands in a text
+_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
 
 
 def get_or_create_repository(session: Session, name: str, source: str) -> Repository:

@@ -58,7 +58,7 @@ from kernelwatch.db.github import PullRequest, RunLink, WebhookDelivery
 from kernelwatch.db.models import Run
 from kernelwatch.db.outbox import PendingSend
 from kernelwatch.db.run_options import GithubOrigin, RunOptions
-from kernelwatch.db.store import get_or_create_repository
+from kernelwatch.db.store import get_or_create_repository, public_source
 from kernelwatch.jobs.errors import (
     CommitNotFound,
     ConfigError,
@@ -71,7 +71,7 @@ from kernelwatch.jobs.github.client import GitHubError, check_full_name
 from kernelwatch.jobs.github.fields import PayloadError
 from kernelwatch.jobs.github.reporter import Reporter
 from kernelwatch.jobs.github.watched import Secrets, WatchedRepo
-from kernelwatch.jobs.library.mirror import Mirror, public_source
+from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.library.served import table as served_table
 from kernelwatch.jobs.planning import cancel
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, PlannedRun, RunRequest, plan

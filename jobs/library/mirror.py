@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kernelwatch.db.store import public_source
 from kernelwatch.jobs.errors import CommitNotFound, InfrastructureError, SourceError
 
 GIT_TIMEOUT_S = 600
@@ -110,21 +111,6 @@ def git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> 
             proc.returncode, ["git", *args], proc.stdout, proc.stderr
         )
     return proc.stdout
-
-
-def public_source(source: str) -> str:
-    """``source`` (or a text holding it) as a message may show it: URLs without their
-    user and password.
-
-    A server's source URL may carry a token (``https://x-access-token:TOKEN@host/…``);
-    messages about a fetch or a missing commit reach logs, the command line and, through
-    the webhook handler, GitHub's commit statuses.
-    """
-    return _USERINFO.sub("", source)
-
-
-# a URL's ``user[:password]@`` after its ``//``, wherever it stands in a text
-_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
 
 
 def validate_source(source: str) -> str:

@@ -633,3 +633,16 @@ def test_a_history_changepoint_reads_as_its_detail() -> None:
     row = {"kind": "changepoint", "ratio": 1.04, "ratio_ci_low": None, "ratio_ci_high": None}
     row["detail"] = detail
     assert magnitude(row).startswith("history: level +4.0 %")
+
+
+def test_a_source_url_with_a_token_is_shown_without_it(sqlite_url: str) -> None:
+    # a server may fetch over https://x-access-token:TOKEN@...; the pages show the source
+    # (the repositories list, a run, the repro command of a regression): never the token
+    from kernelwatch.db.models import Repository
+
+    with _session(sqlite_url) as session:
+        session.add(Repository(name="kern", source="https://bot:ghp_TOKEN@git.example.com/a/k"))
+        session.commit()
+    with _engine(sqlite_url) as engine:
+        repos = queries.repositories(engine)
+    assert list(repos["source"]) == ["https://git.example.com/a/k"]

@@ -25,11 +25,12 @@ from kernelwatch.db.github import PullRequest, RunLink, WebhookDelivery
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Run
 from kernelwatch.db.session import make_engine
+from kernelwatch.db.store import public_source
 from kernelwatch.jobs.api import create_app
 from kernelwatch.jobs.errors import SourceError
 from kernelwatch.jobs.github.client import GitHubClient
 from kernelwatch.jobs.github.watched import WatchedRepo, parse_repos
-from kernelwatch.jobs.library.mirror import public_source, validate_source
+from kernelwatch.jobs.library.mirror import validate_source
 from kernelwatch.jobs.planning.broker import make_celery
 from tests.fake_github import FakeGitHub, delivery_headers, load_payload
 from tests.helpers import git, library_files, make_repo
