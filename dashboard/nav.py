@@ -15,6 +15,8 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
+from kernelwatch.db.types import INT_MAX
+
 
 @dataclass(frozen=True)
 class PageInfo:
@@ -73,11 +75,15 @@ def param(name: str) -> str | None:
 
 
 def int_param(name: str) -> int | None:
-    value = param(name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
+    """An id from the address, or None where it is not one: not ASCII digits (``²`` is a
+    digit to ``str.isdigit``), or beyond what an id column holds (``?run=`` with 25
+    digits raised OverflowError inside the query, a traceback on the page)."""
+    value = (param(name) or "").strip()
+    digits = value.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > len(str(INT_MAX)):
         return None
+    number = int(value)
+    return number if abs(number) <= INT_MAX else None
 
 
 def set_params(values: Mapping[str, Any]) -> None:

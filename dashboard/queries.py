@@ -33,7 +33,7 @@ from kernelwatch.db.models import (
 from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.store import public_source
 from kernelwatch.db.triage import TriageEvent
-from kernelwatch.db.types import JSONType
+from kernelwatch.db.types import INT_MAX, JSONType
 from kernelwatch.jobs.judging import run_spread
 from kernelwatch.jobs.judging.compose import Authority, authority_of
 from kernelwatch.jobs.judging.history import CHANGEPOINT
@@ -152,7 +152,7 @@ def resolve_run(engine: Engine, ref: str, device_class: str | None = None) -> in
     if not ref:
         return None
     with engine.connect() as conn:
-        if ref.isdigit():
+        if ref.isascii() and ref.isdigit() and int(ref) <= INT_MAX:  # not "²", not 10**25
             found = conn.scalar(select(Run.id).where(Run.id == int(ref)))
             if found is not None:
                 return int(found)

@@ -17,6 +17,10 @@ def utcnow() -> datetime:
 # JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
+# The largest value an Integer column (ids, PR numbers) holds on every supported
+# database: PostgreSQL's is 32 bits. A larger number from outside is no row, not a query.
+INT_MAX = 2**31 - 1
+
 int_pk = Annotated[int, mapped_column(primary_key=True)]
 datetime_now = Annotated[datetime, mapped_column(DateTime(timezone=True), default=utcnow)]
 datetime_opt = Annotated[datetime | None, mapped_column(DateTime(timezone=True))]

@@ -16,7 +16,9 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from celery import Celery
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
@@ -38,6 +40,18 @@ log = logging.getLogger(__name__)
 # streamed and spooled before their signature is known (jobs/api/webhook.py), so the
 # limit costs disk for a moment, not memory.
 DEFAULT_MAX_BODY = 25 * 1024 * 1024
+
+
+async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+    """A database that cannot be reached is a 503 in the API's JSON error shape (it was
+    a plain-text 500), with a hint to retry: GitHub's redelivery, ``gate --api``'s wait.
+    The driver's message stays in the log; it may name the server's address."""
+    log.warning("database unavailable: %s", str(exc).splitlines()[0][:300])
+    return JSONResponse(
+        {"detail": "the database is unavailable; try again shortly"},
+        status_code=503,
+        headers={"Retry-After": "30"},
+    )
 
 
 def create_app(
@@ -114,6 +128,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.kw = ctx
+    app.add_exception_handler(OperationalError, _database_unavailable)
     app.include_router(webhook.router)
     app.include_router(rest.router)
     app.include_router(rest.reads)

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import func, select, text
 
 from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.types import INT_MAX
 from kernelwatch.jobs.api.auth import require_metrics, require_read
 from kernelwatch.jobs.api.context import ApiContext, context
 from kernelwatch.jobs.api.schemas import (
@@ -29,7 +30,7 @@ from kernelwatch.jobs.api.schemas import (
 )
 from kernelwatch.jobs.cli.exit_codes import for_answer
 from kernelwatch.jobs.github.render import render_comment
-from kernelwatch.jobs.judging.gate_answer import gate_answer, gate_table
+from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, gate_answer, gate_table
 from kernelwatch.jobs.judging.report import run_summary
 from kernelwatch.jobs.judging.verdicts import repository_ids
 
@@ -43,7 +44,6 @@ reads = APIRouter(
 
 Ctx = Annotated[ApiContext, Depends(context)]
 SHA_PATTERN = r"^[0-9a-f]{7,40}$"
-MAX_INT = 2**31 - 1
 # db.models.RUN_STATES, spelt out for the OpenAPI enum
 RunState = Literal["queued", "running", "succeeded", "failed", "error", "cancelled"]
 
@@ -95,7 +95,7 @@ def list_runs(
     sha: Annotated[str | None, Query(pattern=SHA_PATTERN)] = None,
     status: RunState | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT_MAX)] = 0,
 ) -> RunList:
     with ctx.factory() as session:
         q = select(Run)
@@ -112,7 +112,7 @@ def list_runs(
 
 @reads.get("/runs/{run_id}", response_model=RunDetail, responses={404: {"model": ErrorResponse}})
 def get_run(ctx: Ctx, run_id: int) -> RunDetail:
-    if not 0 < run_id <= MAX_INT:
+    if not 0 < run_id <= INT_MAX:
         raise HTTPException(404, f"no run {run_id}")
     with ctx.factory() as session:
         run = session.get(Run, run_id)
@@ -131,6 +131,7 @@ def get_run(ctx: Ctx, run_id: int) -> RunDetail:
     responses={
         200: {"content": {"application/json": {"example": VERDICT_EXAMPLE}}},
         404: {"model": ErrorResponse, "description": "no repository of that name (yet)"},
+        409: {"model": ErrorResponse, "description": "the sha prefix names several commits"},
     },
     summary="The merge gate's answer for one commit",
 )
@@ -147,7 +148,10 @@ def get_verdict(
     with ctx.factory() as session:
         if not repository_ids(session, repo):
             raise HTTPException(404, f"no repository {repo!r}")
-        answer = gate_answer(session, repo, sha)
+        try:
+            answer = gate_answer(session, repo, sha)
+        except AmbiguousSha as exc:
+            raise HTTPException(409, str(exc)) from None
     verdict = answer.verdict
     base = ctx.settings.dashboard_url.rstrip("/")
     classes = [

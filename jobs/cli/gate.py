@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.jobs.cli import gate_remote
 from kernelwatch.jobs.cli.exit_codes import MEANING, Exit, fail, for_answer
-from kernelwatch.jobs.judging.gate_answer import GateAnswer, gate_answer, gate_table
+from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, GateAnswer, gate_answer, gate_table
 from kernelwatch.jobs.judging.verdicts import CommitVerdict
 
 if TYPE_CHECKING:
@@ -82,20 +82,22 @@ def handle(args: argparse.Namespace) -> int:
         return fail(NAME, "--timeout and --poll must be positive seconds")
     if not all(c in "0123456789abcdef" for c in args.sha.lower()) or not 7 <= len(args.sha) <= 40:
         return fail(NAME, "--sha must be 7 to 40 hex digits")
-    code = gate(
-        factory(),
-        args.repo,
-        args.sha.lower(),
-        wait=args.wait,
-        timeout_s=args.timeout,
-        poll_s=args.poll,
-        dashboard_url=settings().dashboard_url,
-        as_json=args.json,
-        progress=None if args.json or args.quiet else sys.stderr,
-        neutral=args.neutral,
-        err=sys.stderr,
-    )
-    return code
+    try:
+        return gate(
+            factory(),
+            args.repo,
+            args.sha.lower(),
+            wait=args.wait,
+            timeout_s=args.timeout,
+            poll_s=args.poll,
+            dashboard_url=settings().dashboard_url,
+            as_json=args.json,
+            progress=None if args.json or args.quiet else sys.stderr,
+            neutral=args.neutral,
+            err=sys.stderr,
+        )
+    except AmbiguousSha as exc:
+        return fail(NAME, str(exc))
 
 
 def answer(

@@ -41,7 +41,7 @@ DEFAULT_TOKEN_ENV = "KW_API_TOKEN"
 # answers worth waiting for: not final yet, or not planned yet
 WAITING = ("pending", "none")
 # HTTP statuses that end the gate at once: the request itself is wrong
-REFUSED = (400, 401, 403, 422)
+REFUSED = (400, 401, 403, 409, 422)  # 409: a sha prefix of several commits
 USER_AGENT = "kernelwatch-gate"
 # KW_CPU_TIMING_GATES acts where runs are judged; a gate with a CPU class says so
 CPU_TIMING_NOTE = (

@@ -18,7 +18,8 @@ import re
 from datetime import datetime
 from typing import Any
 
-INT32_MAX = 2**31 - 1
+from kernelwatch.db.types import INT_MAX
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -43,7 +44,7 @@ def text(value: Any, where: str, max_len: int = 255) -> str:
 
 def int32(value: Any, where: str) -> int:
     """A positive integer that fits a 32-bit ``Integer`` column (PostgreSQL, SQLite)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT_MAX:
         raise PayloadError(f"{where} must be a positive integer below 2^31")
     return value
 
@@ -59,4 +60,4 @@ def timestamp(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-__all__ = ["INT32_MAX", "PayloadError", "int32", "text", "timestamp"]
+__all__ = ["PayloadError", "int32", "text", "timestamp"]

@@ -20,8 +20,10 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Commit, Run
 from kernelwatch.jobs.judging.verdicts import (
+    AmbiguousSha,
     CommitVerdict,
     commit_verdict,
+    full_sha,
     repository_ids,
     runs_of_commit,
 )
@@ -44,8 +46,10 @@ class GateAnswer:
 
 
 def gate_answer(session: Session, repo: str, sha: str) -> GateAnswer:
-    """The answer for ``repo@sha`` (``sha``: full, or a prefix of 7+ hex digits)."""
+    """The answer for ``repo@sha`` (``sha``: full, or a prefix of 7+ hex digits that
+    names one commit: ``AmbiguousSha`` where it names several)."""
     ids = repository_ids(session, repo)
+    sha = full_sha(session, ids, sha) if ids else sha
     runs = runs_of_commit(session, ids, sha) if ids else []
     moving = in_flight(session, ids, sha) if ids else []
     seen = {r.id: r for r in [*runs, *moving]}
@@ -85,4 +89,4 @@ def gate_table(answer: GateAnswer, dashboard_url: str = "") -> str:
     )
 
 
-__all__ = ["IN_FLIGHT", "GateAnswer", "gate_answer", "gate_table", "in_flight"]
+__all__ = ["IN_FLIGHT", "AmbiguousSha", "GateAnswer", "gate_answer", "gate_table", "in_flight"]

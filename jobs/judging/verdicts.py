@@ -456,6 +456,31 @@ def answer_for(session: Session, run: Run) -> ClassVerdict | None:
     return next((c for c in verdict.classes if c.device_class == run.device_class), None)
 
 
+class AmbiguousSha(ValueError):
+    """A sha prefix that names more than one commit of the repository."""
+
+
+def full_sha(session: Session, repository_ids: Sequence[int], sha: str) -> str:
+    """The one commit ``sha`` names (a full sha, or a prefix of 7+ characters); the
+    prefix itself where no commit has it; ``AmbiguousSha`` where several do. Without it,
+    ``ccccccc`` answered with the runs of two commits at once: one's queued run made the
+    other's failure ``pending``."""
+    if len(sha) >= 40:
+        return sha
+    found = session.scalars(
+        select(Commit.sha)
+        .join(Run, Run.commit_id == Commit.id)
+        .where(Run.repository_id.in_(repository_ids), Commit.sha.startswith(sha))
+        .distinct()
+        .limit(4)
+    ).all()
+    if len(found) > 1:
+        shown = ", ".join(f[:12] for f in sorted(found)[:3])
+        raise AmbiguousSha(f"sha {sha} is ambiguous: it begins {shown}{', ...' * (len(found) > 3)}"
+                           "; give more of it")  # fmt: skip
+    return found[0] if found else sha
+
+
 def runs_of_commit(session: Session, repository_ids: Sequence[int], sha: str) -> list[Run]:
     """Runs that may speak for ``sha`` (a full sha or a unique prefix of 7+ characters):
     every run of it but cancelled ones and bisection steps (``RunOptions.bisection_id``:
@@ -523,6 +548,7 @@ def _float(value: object) -> float | None:
 
 
 __all__ = [
+    "AmbiguousSha",
     "ClassVerdict",
     "CommitVerdict",
     "answer_for",
@@ -530,6 +556,7 @@ __all__ = [
     "STATE_OF",
     "class_verdict",
     "commit_verdict",
+    "full_sha",
     "latest_per_class",
     "plumbing_only",
     "repository_ids",

@@ -476,6 +476,17 @@ def test_compare_unknown_run_warns(db: tuple[str, History]) -> None:
     assert "No run found for B = '12345'" in at.warning[0].value
 
 
+def test_numbers_no_id_can_be_are_no_run_not_a_traceback(db: tuple[str, History]) -> None:
+    # 25 digits raised OverflowError in the query and "²" ValueError: tracebacks on the
+    # page, server paths in them (an audit, 2026-12-05); open_page fails on an exception
+    huge = "9" * 25
+    assert "Runs" in texts(open_page("run", run=huge))  # no such id: the list
+    open_page("roofline", run=huge)
+    for ref in (huge, "²"):
+        at = open_page("compare", a=ref, b=1)
+        assert f"No run found for A = '{ref}'" in at.warning[0].value
+
+
 def test_heatmap_keeps_a_slow_corner_visible() -> None:
     rows = []
     for seq in (512, 1024, 2048):

@@ -27,7 +27,7 @@ from kernelwatch.jobs.api import create_app
 from kernelwatch.jobs.api.signature import sign
 from kernelwatch.jobs.planning.broker import enqueue_run, make_celery
 from tests.fake_github import load_payload
-from tests.jobs.cli.test_gate import HEAD, seed
+from tests.jobs.cli.test_gate import HEAD, add_commit_sharing_heads_prefix, seed
 
 SECRET = "api-test-secret"
 
@@ -66,6 +66,11 @@ def test_healthz_reports_a_dead_database_as_503(tmp_path: Path) -> None:
     r = TestClient(app).get("/healthz")
     assert r.status_code == 503 and r.json()["status"] == "degraded"
     assert 'kernelwatch_scrape_error{source="database"} 1.0' in TestClient(app).get("/metrics").text
+    # every read is a JSON 503 too (it was a plain-text 500), the address not in it
+    for path in ("/api/v1/runs", "/api/v1/runs/1", "/api/v1/verdicts?repo=a/b&sha=ccccccc"):
+        r = TestClient(app).get(path)
+        assert r.status_code == 503 and r.headers["retry-after"] == "30", (path, r.text)
+        assert r.json() == {"detail": "the database is unavailable; try again shortly"}
 
 
 def test_runs_list_filters_and_detail(client: TestClient) -> None:
@@ -99,6 +104,14 @@ def test_verdicts(client: TestClient) -> None:
     assert client.get("/api/v1/verdicts", params={"repo": "x/y", "sha": HEAD}).status_code == 404
     bad = client.get("/api/v1/verdicts", params={"repo": "acme/kernels", "sha": "HEAD;id"})
     assert bad.status_code == 422
+
+
+def test_a_sha_prefix_of_two_commits_is_a_409(db_url: str, client: TestClient) -> None:
+    add_commit_sharing_heads_prefix(sessionmaker(bind=engine_for(db_url)))
+    r = client.get("/api/v1/verdicts", params={"repo": "acme/kernels", "sha": HEAD[:7]})
+    assert r.status_code == 409 and "is ambiguous" in r.json()["detail"], r.text
+    one = client.get("/api/v1/verdicts", params={"repo": "acme/kernels", "sha": HEAD[:8]})
+    assert one.status_code == 200 and one.json()["verdict"] == "fail"
 
 
 def test_openapi_document(client: TestClient) -> None:

@@ -14,13 +14,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.models import Case, Commit, Repository, Result, Run
 from kernelwatch.db.session import engine_for
 from kernelwatch.jobs.cli.gate import current, gate
 from kernelwatch.jobs.github.render import COMMENT_MARKER, format_gate, render_comment
-from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, summarize
+from kernelwatch.jobs.judging.verdicts import (
+    AmbiguousSha,
+    ClassVerdict,
+    CommitVerdict,
+    MovedCase,
+    summarize,
+)
 from tests.conftest import run_cli
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -137,6 +144,34 @@ def test_gate_by_prefix_source_and_unknown(factory: sessionmaker[Session]) -> No
     assert gate(factory, "nobody/nothing", HEAD, out=out.append) == 2
 
 
+def add_commit_sharing_heads_prefix(factory: sessionmaker[Session]) -> str:
+    """A commit whose sha begins like HEAD's, with a queued run of its own (a100)."""
+    other = HEAD[:7] + "1" * 33
+    with factory() as s, s.begin():
+        repo = s.scalars(select(Repository)).one()
+        commit = Commit(repository_id=repo.id, sha=other, message="other")
+        s.add(commit)
+        s.flush()
+        s.add(Run(repository_id=repo.id, commit_id=commit.id, status="queued",
+                  device_class="a100", suites=["basic"]))  # fmt: skip
+    return other
+
+
+def test_a_prefix_of_two_commits_is_refused_not_answered_for_both(
+    factory: sessionmaker[Session], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "ccccccc" answered with both commits' runs: the other's queued run made HEAD's
+    # failure "pending" (an audit, 2026-12-05)
+    seed(factory)
+    other = add_commit_sharing_heads_prefix(factory)
+    with pytest.raises(AmbiguousSha, match=f"sha {HEAD[:7]} is ambiguous: it begins "):
+        gate(factory, "acme/kernels", HEAD[:7], out=print)
+    out: list[str] = []
+    assert gate(factory, "acme/kernels", HEAD[:8], out=out.append) == 1  # HEAD's alone
+    assert gate(factory, "acme/kernels", other[:8], out=out.append) == 2  # pending
+    assert "PENDING" in out[-2]
+
+
 def test_gate_wait_times_out_with_2(factory: sessionmaker[Session]) -> None:
     seed(factory, verdict=None, status="queued")
     out: list[str] = []
@@ -198,6 +233,10 @@ def test_gate_command_line(db_url: str, tmp_path: Path) -> None:
     assert proc.stderr.startswith("kernelwatch gate: fail: ")  # every non-zero exit says why
     bad = run_cli("gate", "--repo", "acme/kernels", "--sha", "HEAD;id", env=env, timeout=120)
     assert bad.returncode == 2 and "hex" in bad.stderr
+    add_commit_sharing_heads_prefix(sessionmaker(bind=engine_for(db_url)))
+    both = run_cli("gate", "--repo", "acme/kernels", "--sha", HEAD[:7], env=env, timeout=120)
+    assert both.returncode == 2 and both.stdout == "", both.stderr
+    assert both.stderr.startswith(f"kernelwatch gate: sha {HEAD[:7]} is ambiguous"), both.stderr
 
 
 # ----------------------------------------------------------------------------- rendering
