@@ -136,7 +136,15 @@ class Settings(BaseSettings):
         return self.data_dir / "broker"
 
     def ensure_dirs(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """The data directory, made if missing; a ``SettingsError`` naming KW_DATA_DIR
+        where it cannot be (a file there, no permission): one line, not a traceback."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SettingsError(
+                f"KW_DATA_DIR: cannot use {self.data_dir} as the data directory: "
+                f"{exc.strerror or exc}"
+            ) from None
 
 
 _URL_EXAMPLES = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB or sqlite:////PATH/kernelwatch.db"

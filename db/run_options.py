@@ -48,6 +48,17 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class JudgedWith(_Frozen):
+    """The judging worker's settings a run's verdict came from (``analysis.analyze``):
+    its ``KW_INCONCLUSIVE_POLICY`` and ``KW_CPU_TIMING_GATES``. A commit's composed
+    answer reads them from here, not from the reading process's own environment: a
+    gate whose process lacked ``KW_CPU_TIMING_GATES`` once said PASS for a run that
+    ``show`` and ``run --wait`` called neutral."""
+
+    inconclusive_policy: str
+    cpu_timings_gate: bool
+
+
 class GithubOrigin(_Frozen):
     """The webhook delivery a run was planned for (``jobs/github/events.py``)."""
 
@@ -129,6 +140,7 @@ class RunOptions(_Frozen):
     What happened:
       requeued_at, requeues: when and how often reconcile sent the run again (ISO time).
       runner_log_tail: the end of the suite runner's log.
+      judged_with: the judging worker's settings its verdict came from (``JudgedWith``).
     """
 
     suites_explicit: bool = False
@@ -159,6 +171,7 @@ class RunOptions(_Frozen):
     requeued_at: str | None = None
     requeues: int = 0
     runner_log_tail: str = ""
+    judged_with: JudgedWith | None = None
 
     @classmethod
     def parse(cls, value: RunOptions | Mapping[str, Any] | None) -> RunOptions:

@@ -107,6 +107,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def device_problem(requested: str | None) -> str:
+    """Why ``--device`` cannot be used here ('' when it can): asked for ``cuda`` on a
+    machine without one, ``bench`` died in an assertion deep in torch."""
+    if requested is None:
+        return ""
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, ValueError):
+        return f"--device {requested!r} is not a device: give cpu, cuda or cuda:N"
+    if device.type == "cpu":
+        return ""
+    if device.type != "cuda":
+        return f"--device {requested!r}: kernelwatch measures on cpu or cuda"
+    if not torch.cuda.is_available():
+        return f"--device {requested}: this torch ({torch.__version__}) sees no CUDA GPU"
+    if (device.index or 0) >= torch.cuda.device_count():
+        return f"--device {requested}: this machine has {torch.cuda.device_count()} GPU(s)"
+    return ""
+
+
 def bench(args: argparse.Namespace) -> list[ResultRecord]:
     """Run the selected cases, writing each record as it ends; every record, in order."""
     records: list[ResultRecord] = []
@@ -382,8 +402,11 @@ if __name__ == "__main__":
 
 __all__: list[Any] = [
     "CASE_MARKER",
+    "CHECK_PARTS",
     "bench",
     "build_parser",
+    "checked_case",
+    "device_problem",
     "main",
     "quiet_case_markers",
     "run_case",

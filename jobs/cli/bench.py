@@ -35,14 +35,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def main(argv: Sequence[str]) -> int:
     """``kernelwatch bench ARGS``: records to ``--out``, then the summary and the code."""
-    from kernelwatch.kernels.runner import bench, parse_args, quiet_case_markers, summary
+    from kernelwatch.kernels.catalog import unknown_kernels
+    from kernelwatch.kernels.runner import (
+        bench,
+        device_problem,
+        parse_args,
+        quiet_case_markers,
+        summary,
+    )
     from kernelwatch.kernels.suite import suite_names, unknown_suites
 
     args = parse_args(argv)
     if args.list:
         print("\n".join(suite_names()))
         return Exit.PASS
-    unknown = unknown_suites(args.suite or [])
+    # a misspelt kernel selected nothing, and exit 0 read as a pass (as in ``run``)
+    unknown = (
+        unknown_suites(args.suite or [])
+        or unknown_kernels(args.suite or ["basic"], args.kernel or [])
+        or device_problem(args.device)
+    )
     if unknown:
         return fail(NAME, unknown)
     quiet_case_markers()  # the worker's protocol, not output for a person
@@ -60,13 +72,14 @@ def main_paired(argv: Sequence[str]) -> int:
     """``kernelwatch bench-paired ARGS``: records, then a summary and the verdicts' code
     (0 pass, 1 a regression, ``less_accurate`` or broken case, 2 an error, 3 a case left
     inconclusive: the exit-code contract of ``run --wait`` and ``gate``)."""
+    from kernelwatch.kernels.catalog import unknown_kernels
     from kernelwatch.kernels.paired_suite import parse_args, run, summary
     from kernelwatch.kernels.runner import quiet_case_markers
     from kernelwatch.kernels.suite import unknown_suites
     from kernelwatch.kernels.verdict import run_verdict
 
     args = parse_args(argv)
-    unknown = unknown_suites(args.suite)
+    unknown = unknown_suites(args.suite) or unknown_kernels(args.suite, args.kernel or [])
     if unknown:
         return fail(PAIRED, unknown)
     quiet_case_markers()

@@ -86,28 +86,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
-    if argv[:1] == [bench.NAME]:  # everything goes to the suite runner untouched
-        return bench.main(argv[1:])
+    # everything after bench and bench-paired goes to the suite runner untouched
+    if argv[:1] == [bench.NAME]:
+        return _guarded(bench.NAME, lambda: bench.main(argv[1:]))
     if argv[:1] == [bench.PAIRED]:
-        return bench.main_paired(argv[1:])
+        return _guarded(bench.PAIRED, lambda: bench.main_paired(argv[1:]))
     args = build_parser().parse_args(argv)
     handler: Handler = args.func
+    return _guarded(args.command, lambda: handler(args))
+
+
+def _guarded(command: str, call: Callable[[], int]) -> int:
+    """``call()``, whose failures exit 2 with one line that says why where a person can
+    act on it, with the traceback where it is ours; never 1, which a script reads as
+    "the kernels failed" (``bench --device cuda`` on a CPU machine did, 2026-12-05)."""
     from kernelwatch.jobs.errors import KernelwatchError
 
     try:
-        return handler(args)
+        return call()
     except KernelwatchError as exc:
-        return fail(args.command, str(exc), Exit.ERROR)
+        return fail(command, str(exc), Exit.ERROR)
     except BrokenPipeError:
         raise
     except Exception as exc:
         known = explain(exc)
         if known:  # a setting or a service: one line that says what to do
-            return fail(args.command, known)
-        # A bug or an unexpected failure: show where, but exit 2 (error), never 1,
-        # which a script would read as "the kernels failed".
+            return fail(command, known)
+        # A bug or an unexpected failure: show where, but exit 2 (error)
         traceback.print_exc()
-        return fail(args.command, f"unexpected {type(exc).__name__} (traceback above)")
+        return fail(command, f"unexpected {type(exc).__name__} (traceback above)")
 
 
 def explain(exc: BaseException) -> str:

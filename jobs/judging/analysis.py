@@ -103,11 +103,13 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         _store(result, judgement)
         if judgement.verdict in BLOCKING:
             problems.record(session, _finding(session, run, result, judgement))
+    policy, gates = settings.inconclusive_policy, settings.cpu_timing_gates
     run.verdict = class_verdict_of(
-        run.device_class,
-        [j.verdict for j in judged],
-        settings.inconclusive_policy,
-        cpu_timings_gate=settings.cpu_timing_gates,
+        run.device_class, [j.verdict for j in judged], policy, cpu_timings_gate=gates
+    )
+    # what the composed answer of the commit reads, wherever it is read (``verdicts.py``)
+    run.options = run.options.with_(
+        judged_with={"inconclusive_policy": str(policy.value), "cpu_timings_gate": gates}
     )
     return True
 

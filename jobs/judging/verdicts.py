@@ -271,13 +271,14 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
     sources = sorted({m.run_id for m in chosen.values()})
     used = [judged[i] for i in sources]
     speaker = max(used, key=lambda r: (authority(r), r.id))
+    # the judging worker's settings, as the speaking run recorded them; this process's
+    # own only for a run judged before they were recorded
     settings = get_settings()
-    gates_cpu = settings.cpu_timing_gates
+    judged_with = speaker.options.judged_with
+    policy = judged_with.inconclusive_policy if judged_with else settings.inconclusive_policy
+    gates_cpu = judged_with.cpu_timings_gate if judged_with else settings.cpu_timing_gates
     verdict = class_verdict_of(
-        device_class,
-        [r.verdict for r, _ in picked],
-        settings.inconclusive_policy,
-        cpu_timings_gate=gates_cpu,
+        device_class, [r.verdict for r, _ in picked], policy, cpu_timings_gate=gates_cpu
     )
     counts: dict[str, int] = {}
     for result, _ in picked:

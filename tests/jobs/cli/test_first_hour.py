@@ -64,6 +64,40 @@ def test_an_unknown_suite_is_one_line_with_a_did_you_mean(tmp_path: Path) -> Non
     assert paired.returncode == 2 and "(did you mean 'gemm'?)" in one_line(paired.stderr)
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # a misspelt kernel selected no case, and exit 0 read as a pass
+        (["bench", "--kernel", "sofmax"], "kernelwatch bench: unknown kernel 'sofmax' (did "
+         "you mean 'softmax'?) in suite basic; its kernels: attention, matmul,"),
+        # an AssertionError deep in torch, its traceback and exit 1 ("the kernels failed")
+        (["bench", "--device", "cuda", "--kernel", "softmax"], "kernelwatch bench: --device "
+         "cuda: this torch ("),
+        (["bench-paired", "--baseline-path", ".", "--candidate-path", ".", "--suite", "gemm",
+          "--kernel", "gemmm", "--impl", "x"], "kernelwatch bench-paired: unknown kernel "
+         "'gemmm' (did you mean 'gemm'?)"),
+    ],
+)  # fmt: skip
+def test_bench_refuses_what_it_cannot_run_in_one_line_with_2(
+    tmp_path: Path, argv: list[str], says: str
+) -> None:
+    if "--device" in argv and shutil.which("nvidia-smi"):
+        pytest.skip("this machine has a GPU")
+    out = run_cli(*argv, "--out", str(tmp_path / "r.jsonl"), timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert one_line(out.stderr).startswith(says)
+
+
+def test_a_data_dir_that_cannot_be_one_is_a_settings_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    out = run_cli("gate", "--repo", "x/y", "--sha", "abcdef1",
+                  env={"KW_DATA_DIR": str(tmp_path / "afile")}, timeout=120)  # fmt: skip
+    assert out.returncode == 2
+    assert one_line(out.stderr).startswith(
+        f"kernelwatch gate: KW_DATA_DIR: cannot use {tmp_path / 'afile'} as the data directory"
+    )
+
+
 def test_bench_keeps_its_worker_protocol_off_the_terminal(tmp_path: Path) -> None:
     out = run_cli("bench", "--suite", "basic", "--kernel", "softmax", "--budget", "0.02",
                   "--no-peaks", "--out", str(tmp_path / "r.jsonl"), timeout=300)  # fmt: skip

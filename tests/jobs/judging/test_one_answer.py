@@ -295,3 +295,25 @@ def test_a_failed_baseline_has_one_answer_everywhere(session: Session) -> None:
     assert result.verdict == expected.verdict  # main: None (analysis), inconclusive (Compare)
     assert compare_stats.verdict("fail", "pass", 1.0, 0.99, 1.01, 0.01) == expected.verdict
     assert run_brief(session, fixed)["cases"][0]["note"] == NOTE_BASELINE_BROKEN
+
+
+# ------------------------------------------------------------------ 5. one policy
+
+
+def test_the_composed_answer_follows_the_judging_workers_settings_not_the_readers(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker judging with KW_INCONCLUSIVE_POLICY=fail; the gate, show and the API read
+    # the answer in processes of their own, whose settings may differ (an audit found
+    # the gate saying PASS for a run that show and run --wait called neutral)
+    run = _run(session, 3, paired={"softmax": ("inconclusive", 1.004, 0.995, 1.013)})
+    assert analyze(session, run, Settings(inconclusive_policy="fail"))
+    session.flush()
+    assert run.verdict == "fail"
+    assert run.options.judged_with is not None
+    assert run.options.judged_with.inconclusive_policy == "fail"
+    monkeypatch.setenv("KW_INCONCLUSIVE_POLICY", "pass")  # the reader's own
+    get_settings.cache_clear()
+    assert _gate(session, 3).overall == "fail"
+    (cls,) = _gate(session, 3).classes
+    assert cls.run_verdict == "fail"
