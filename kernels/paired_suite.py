@@ -275,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", required=True, help="module providing the kernels (both sides)")
     p.add_argument("--backend", default=None, help="backend name in the case ids (default: --impl)")
     p.add_argument("--size", default=None, help="default smoke on CPU, quick on GPU")
-    p.add_argument("--out", required=True, help="JSON-lines file ('-' for stdout)")
+    p.add_argument("--out", required=True,
+                   help="JSON-lines file the records are appended to ('-' for stdout)")  # fmt: skip
     p.add_argument("--kernel", action="append", default=None, help="only this kernel (repeatable)")
     p.add_argument(
         "--skip-case", action="append", default=[], help="leave this case id out (repeatable)"

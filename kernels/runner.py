@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         "table. Exit 0 all passed or skipped, 1 a wrong result, 2 an error.",
     )
     p.add_argument("--suite", action="append", help="suite name (repeatable); default: basic")
-    p.add_argument("--out", help="JSON-lines file to write ('-' for stdout); required to run")
+    p.add_argument("--out", help="JSON-lines file the records are appended to (the worker "
+                   "resumes into it; '-' for stdout); required to run")  # fmt: skip
     p.add_argument("--impl", default=BUILTIN_IMPL, help="module providing the kernels under test")
     p.add_argument("--backend", default=None, help="backend label (default: the impl module)")
     p.add_argument(

@@ -47,6 +47,7 @@ def read_records(path: Path) -> list[ResultRecord]:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     records = []
+    seen: dict[str, int] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -54,6 +55,14 @@ def read_records(path: Path) -> list[ResultRecord]:
             record = ResultRecord.from_dict(json.loads(line))
         except ValueError as exc:  # RecordError and JSONDecodeError are ValueErrors
             raise ConfigError(f"{path}:{number}: not a result record: {exc}") from exc
+        if record.case_id in seen:
+            # ``bench --out`` appends: two runs into one file are two runs, not one with
+            # every case twice (a run holds one result per case)
+            raise ConfigError(
+                f"{path}:{number}: case {record.case_id} ({record.kernel}) again, first on "
+                f"line {seen[record.case_id]}: one file is one run; split it, or keep one"
+            )
+        seen[record.case_id] = number
         records.append(record)
     if not records:
         raise ConfigError(f"{path}: no records")

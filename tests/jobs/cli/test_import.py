@@ -55,3 +55,22 @@ def test_a_file_that_is_not_records_is_refused_with_its_line(tmp_path: Path) -> 
                   env=env)  # fmt: skip
     assert out.returncode != 0
     assert "bad.jsonl:1: not a result record" in out.stderr
+
+
+def test_a_file_with_a_case_twice_is_two_runs_and_refused(tmp_path: Path) -> None:
+    # ``bench --out`` appends: two benches into one file imported as one run with every
+    # case twice (an audit, 2026-12-05)
+    lines = RUN1.read_text().splitlines()
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_text("\n".join(lines + lines[:1]) + "\n")
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    out = run_cli("import", str(doubled), "--repo", "x", "--commit", "c", "--device-class",
+                  "h200", env=env)  # fmt: skip
+    assert out.returncode == 2
+    case = json.loads(lines[0])["case_id"]
+    assert f"doubled.jsonl:{len(lines) + 1}: case {case} " in out.stderr
+    assert "again, first on line 1" in out.stderr
+    with sessionmaker(bind=make_engine(url))() as s:
+        assert s.scalars(select(Run)).all() == []  # nothing half-imported
