@@ -34,12 +34,18 @@ with ``not_found`` before the next step would start; so does ``max_steps``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from kernelwatch.kernels.casepattern import case_names, matches
 from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict
+
+# A confirmation (the culprit against its parent) that could not be measured is tried
+# this many times before the search says so.
+CONFIRM_TRIES = 2
+# The verdicts that are a change in time: a bisection following one needs a ratio.
+TIME_CHANGES = frozenset({CaseVerdict.REGRESSION.value, CaseVerdict.IMPROVEMENT.value})
 
 
 class Outcome(StrEnum):
@@ -128,25 +134,44 @@ class CaseResult:
     ratio: float | None = None
 
 
-def judge(cases: Sequence[CaseResult], pattern: str) -> tuple[Outcome, str, int | None]:
+def judge(
+    cases: Sequence[CaseResult], pattern: str, follows: Collection[str] | None = None
+) -> tuple[Outcome, str, int | None]:
     """A finished step's cases as good, bad or skip, the word shown, and the worst case.
 
-    Bad: a matching case is blocking (regression, ``less_accurate``, broken); the index
-    of the worst one is returned. Skip: no case matched, or every matching case errored
-    (a suite that cannot run says nothing about the change). Good otherwise: unchanged,
-    improvement or inconclusive (an inconclusive step is not evidence of the change the
-    bisection follows, which was blocking where it was found). A step whose run did not
-    build or errored is a skip before its cases are looked at (the driver's part).
+    Bad: a matching case is blocking (regression, ``less_accurate``, broken) and of a
+    kind the bisection ``follows`` (None: any blocking kind); the index of the worst one
+    is returned. Skip: no case matched, or every matching case errored (a suite that
+    cannot run says nothing about the change), or a matching case is blocking of
+    another kind, or (following a time change) no matching case was compared in time.
+    Good otherwise: unchanged, improvement or inconclusive (an inconclusive step is not
+    evidence of the change the bisection follows, which was blocking where it was
+    found). A step whose run did not build or errored is a skip before its cases are
+    looked at (the driver's part).
+
+    Why ``follows``: a bisection of a slowdown across a commit that broke the case for
+    a while blamed the break (``broken`` is blocking) and, measured against the broken
+    build (no time to compare with), read the real slowdown after it as good: it named
+    the wrong commit and never the right one (an audit, 2026-12-05).
     """
     matching = [i for i, c in enumerate(cases) if c.status != "skip" and matches(c.names, pattern)]
     if not matching:
         return Outcome.SKIP, "no case", None
     blocking = [i for i in matching if cases[i].verdict in BLOCKING]
-    if blocking:
-        worst = min(blocking, key=lambda i: (_rank(cases[i].verdict), -(cases[i].ratio or 0.0)))
+    followed = [i for i in blocking if follows is None or cases[i].verdict in follows]
+    if followed:
+        worst = min(followed, key=lambda i: (_rank(cases[i].verdict), -(cases[i].ratio or 0.0)))
         return Outcome.BAD, str(cases[worst].verdict), worst
+    if blocking:  # blocking, but not the change this bisection follows: no evidence of it
+        return Outcome.SKIP, str(cases[blocking[0]].verdict), None
     if all(cases[i].verdict == CaseVerdict.ERROR for i in matching):
         return Outcome.SKIP, CaseVerdict.ERROR.value, None
+    if (
+        follows is not None
+        and set(follows) <= TIME_CHANGES
+        and not any(cases[i].ratio is not None for i in matching)
+    ):  # e.g. every baseline broken: no time was compared
+        return Outcome.SKIP, "no timing", None
     shown = min(matching, key=lambda i: _rank(cases[i].verdict))
     return Outcome.GOOD, str(cases[shown].verdict or CaseVerdict.UNCHANGED.value), None
 
@@ -232,10 +257,16 @@ def next_action(
         confirm = [s for s in by_purpose[Purpose.CONFIRM] if s.index == c]
         if not confirm:
             return _limited(Measure(c, c - 1, Purpose.CONFIRM), steps, limits, culprits)
+        if confirm[-1].outcome == Outcome.SKIP and len(confirm) < CONFIRM_TRIES:
+            # not measured (a build or a run that failed): once more before giving up
+            return _limited(Measure(c, c - 1, Purpose.CONFIRM), steps, limits, culprits)
         if confirm[-1].outcome != Outcome.BAD:
             why = (
                 f"index {c} was bad against index {segment.good} but not against its "
                 "parent: the change is spread over several commits"
+                if confirm[-1].outcome == Outcome.GOOD
+                else f"index {c} was bad against index {segment.good}, and against its "
+                f"parent it could not be measured ({len(confirm)} tries, each skipped)"
             )
             return Done("found", tuple(culprits), why) if culprits else Done("not_found", (), why)
         culprits.append(c)

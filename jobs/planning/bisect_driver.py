@@ -57,6 +57,8 @@ from kernelwatch.jobs.planning.bisect import (
     next_action,
 )
 from kernelwatch.jobs.planning.plan import BrokerUnavailable, RunRequest, plan
+from kernelwatch.kernels.casepattern import matches
+from kernelwatch.kernels.verdict import BLOCKING
 
 log = logging.getLogger(__name__)
 
@@ -354,24 +356,48 @@ def _collect(session: Session, row: Bisection) -> None:
             continue
         if run.status not in FINAL_STATES or (run.status == "succeeded" and run.verdict is None):
             continue
-        outcome, verdict, _ = judge_step(session, run, row.case_pattern)
+        outcome, verdict, _ = judge_step(session, run, row.case_pattern, followed(session, row))
         step.outcome, step.verdict = outcome.value, verdict
         step.seconds = _held_seconds(run)
         row.gpu_seconds = (row.gpu_seconds or 0.0) + step.seconds
 
 
-def judge_step(session: Session, run: Run, pattern: str) -> tuple[Outcome, str, Result | None]:
+def judge_step(
+    session: Session, run: Run, pattern: str, follows: frozenset[str] | None = None
+) -> tuple[Outcome, str, Result | None]:
     """A finished step run as good, bad or skip, the word shown, and its worst case.
 
     A run that did not succeed (it did not build, or errored) is a skip; otherwise its
-    results are judged by :func:`bisect.judge`, the rule a device-side bisection uses too.
+    results are judged by :func:`bisect.judge`, the rule a device-side bisection uses too,
+    for the verdict kinds the bisection ``follows`` (:func:`followed`).
     """
     if run.status != "succeeded":
         return Outcome.SKIP, run.status, None
     results = list(session.scalars(select(Result).where(Result.run_id == run.id)))
     cases = [_case_result(r) for r in results]
-    outcome, word, worst = judge(cases, pattern)
+    outcome, word, worst = judge(cases, pattern, follows)
     return outcome, word, results[worst] if worst is not None else None
+
+
+def followed(session: Session, row: Bisection) -> frozenset[str] | None:
+    """The blocking kinds the bisection follows: what its first evidence found, bad
+    against good (the ``establish`` step), else the run that asked for it (its cases the
+    pattern matches); None (any blocking kind) until one of them says."""
+    for step in row.steps:
+        if step.purpose == Purpose.ESTABLISH.value and step.outcome == Outcome.BAD.value:
+            return frozenset({str(step.verdict)}) if step.verdict in BLOCKING else None
+    if row.origin_run_id is None:
+        return None
+    kinds = {
+        str(r.verdict)
+        for r in session.scalars(select(Result).where(Result.run_id == row.origin_run_id))
+        if r.verdict in BLOCKING and _matches(r, row.case_pattern)
+    }
+    return frozenset(kinds) or None
+
+
+def _matches(result: Result, pattern: str) -> bool:
+    return matches(_case_result(result).names, pattern)
 
 
 def _case_result(result: Result) -> CaseResult:

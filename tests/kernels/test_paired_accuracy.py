@@ -61,6 +61,20 @@ def test_the_h200_split_k_fork_is_less_accurate_and_identical_errors_are_not() -
     assert accuracy_verdict(fork, base).verdict == CaseVerdict.UNCHANGED
 
 
+@pytest.mark.parametrize("draw", [0.85, 0.95, 1.0, 1.05, 1.15])
+def test_a_true_one_and_a_half_times_loss_is_caught_on_any_draw(draw: float) -> None:
+    # the promise: a 1.5x accuracy loss is caught. Each stage checks inputs of its own
+    # seed, so a true 1.5x reads around 1.5; at a margin of 1.5 itself, a draw below it
+    # left the case unchanged (an audit, 2026-12-05). Identical errors never block,
+    # and a fifth more error, the noise of a reordered sum, does not either
+    base = _errors(0.00166, 0.986)
+    lost = _errors(0.00166 * 1.5 * draw, 0.986 * 1.5 * draw)
+    assert accuracy_verdict(base, lost).verdict == CaseVerdict.LESS_ACCURATE
+    assert accuracy_verdict(base, _errors(0.00166 * 1.2, 0.986 * 1.2)).verdict == (
+        CaseVerdict.UNCHANGED
+    )
+
+
 def test_max_abs_alone_can_make_a_case_less_accurate() -> None:
     # a slip confined to a few outputs: rel-L2 barely moves, the largest error triples
     base, cand = _errors(0.00166, 0.986), _errors(0.0017, 3.0)

@@ -15,6 +15,7 @@ from kernelwatch.kernels.verdict import (
     InconclusivePolicy,
     RunVerdict,
     decide,
+    judge_case,
     run_verdict,
 )
 
@@ -96,3 +97,25 @@ def test_the_change_an_interval_excludes() -> None:
     assert excluded_effect(0.95, 1.01) == pytest.approx(1 / 0.95 - 1)
     assert excluded_effect(1.01, 1.02) == pytest.approx(0.02)
     assert excluded_effect(math.nan, 1.0) is None
+
+
+@pytest.mark.parametrize("measured", ["inconclusive", "unchanged", "improvement"])
+def test_a_paired_case_judged_at_its_own_threshold_never_makes_an_unconfirmed_change(
+    measured: str,
+) -> None:
+    # a run is measured at its smallest threshold; a case whose own threshold is looser
+    # is judged again from the first stage's interval. A stage-1 regression that the
+    # confirmation did not repeat (measured inconclusive) read a regression at 2 %:
+    # a block on one stage (an audit, 2026-12-05)
+    j = judge_case("pass", None, 1.03, 1.008, 1.05, 0.02, paired=True, measured=measured,
+                   measured_at=0.01)  # fmt: skip
+    assert j.verdict == CaseVerdict.INCONCLUSIVE and not j.blocking
+    assert "not confirmed by the measurement's second stage" in j.detail
+    # what both stages found stands where the looser threshold still sees it
+    held = judge_case("pass", None, 1.03, 1.025, 1.035, 0.02, paired=True,
+                      measured="regression", measured_at=0.01)  # fmt: skip
+    assert held.verdict == CaseVerdict.REGRESSION
+    # and a looser threshold can still call a confirmed small change unchanged
+    small = judge_case("pass", None, 1.012, 1.006, 1.018, 0.02, paired=True,
+                       measured="regression", measured_at=0.01)  # fmt: skip
+    assert small.verdict == CaseVerdict.UNCHANGED

@@ -288,3 +288,42 @@ def test_commits_that_change_no_build_input_are_left_out_of_the_range(
         # good, the commits that touch src/ or vendor/, and bad (a docs commit: kept as
         # the end the user named; it builds what commit 6 built)
         assert row.commits == [shas[i] for i in (0, 2, 4, 6, 7)]
+
+
+def test_a_bisection_follows_the_kind_of_change_that_started_it(sqlite_url: str) -> None:
+    # judged as any blocking change, a step where the case was broken for a while was
+    # "bad" in a bisection of a slowdown, and the slowdown's commit was never named
+    factory = sessionmaker(bind=engine_for(sqlite_url), expire_on_commit=False)
+    with factory() as s, s.begin():
+        repo = get_or_create_repository(s, "lib", "/src/lib")
+        commit = upsert_commit(s, repo, "a" * 40, [])
+        run = Run(repository_id=repo.id, commit_id=commit.id, status="succeeded",
+                  device_class="cpu", suites=["basic"])  # fmt: skip
+        s.add_all([run, Case(id="c-gemm", suite="basic", kernel="gemm", backend="b",
+                             params={}, label="m=64"),
+                   Case(id="c-norm", suite="basic", kernel="rmsnorm", backend="b",
+                        params={}, label="")])  # fmt: skip
+        s.flush()
+        s.add_all([
+            Result(run_id=run.id, case_id="c-gemm", status="pass", verdict="regression",
+                   record={"kernel": "gemm"}),
+            Result(run_id=run.id, case_id="c-norm", status="fail", verdict="broken",
+                   record={"kernel": "rmsnorm"}),
+        ])  # fmt: skip
+        row = Bisection(repository_id=repo.id, good_sha="0" * 40, bad_sha="a" * 40,
+                        case_pattern="gemm*", origin_run_id=run.id)  # fmt: skip
+        s.add(row)
+        s.flush()
+        # the run that asked for it: what its followed cases found
+        assert driver.followed(s, row) == frozenset({"regression"})
+        row.case_pattern = ""
+        assert driver.followed(s, row) == frozenset({"regression", "broken"})
+        # bad against good, measured: what that step found
+        s.add(BisectionStep(bisection_id=row.id, position=0, sha="a" * 40,
+                            against_sha="0" * 40, purpose="establish", outcome="bad",
+                            verdict="less_accurate"))  # fmt: skip
+        s.flush()
+        s.refresh(row)
+        assert driver.followed(s, row) == frozenset({"less_accurate"})
+        row.origin_run_id = None
+        assert driver.followed(s, row) == frozenset({"less_accurate"})

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from kernelwatch.jobs.planning.bisect import (
+    CaseResult,
     Done,
     Limits,
     Measure,
@@ -19,6 +20,7 @@ from kernelwatch.jobs.planning.bisect import (
     Purpose,
     Step,
     Wait,
+    judge,
     next_action,
     probe,
     upcoming,
@@ -202,3 +204,86 @@ def test_every_new_build_of_a_search_was_upcoming_one_step_before(
         if steps[k - 1].outcome == Outcome.SKIP:
             continue  # a skip is not explored: its neighbour is built by its own step
         assert new <= set(ahead), (k, steps[k], ahead)
+
+
+def test_a_confirmation_that_could_not_be_measured_is_tried_again_then_said() -> None:
+    # a skipped confirmation read "spread over several commits", untried (an audit)
+    def outcome_of(flaky: int) -> Callable[[int, int, int], Outcome]:
+        def outcome(index: int, against: int, tries: int) -> Outcome:
+            if (index, against) == (20, 19) and tries < flaky:
+                return Outcome.SKIP
+            return Outcome.BAD if index >= 20 > against else Outcome.GOOD
+
+        return outcome
+
+    for flaky, status in ((1, "found"), (2, "not_found")):
+        steps: list[Step] = []
+        while not isinstance(action := next_action(63, steps), Done):
+            assert isinstance(action, Measure)
+            tries = sum((s.index, s.against) == (action.index, action.against) for s in steps)
+            steps.append(Step(action.index, action.against, action.purpose,
+                              outcome_of(flaky)(action.index, action.against, tries)))  # fmt: skip
+        confirms = [s for s in steps if s.purpose == Purpose.CONFIRM]
+        assert len(confirms) == 2 and action.status == status, (action, steps)
+        if status == "found":
+            assert action.culprits == (20,)
+        else:
+            assert "against its parent it could not be measured (2 tries" in action.reason
+
+
+def _step_cases(
+    level: Callable[[int], float], broken: frozenset[int]
+) -> Callable[[int, int], list[CaseResult]]:
+    """One case per step as a paired run records it: broken where the candidate is, no
+    time where the baseline is, else its ratio and the rule's word at 1.5x."""
+
+    def cases(index: int, against: int) -> list[CaseResult]:
+        if index in broken:
+            return [CaseResult(("gemm",), "fail", "broken", None)]
+        if against in broken:  # a broken baseline: unchanged with a note, no ratio
+            return [CaseResult(("gemm",), "pass", "unchanged", None)]
+        ratio = level(index) / level(against)
+        return [CaseResult(("gemm",), "pass", "regression" if ratio > 1.5 else "unchanged",
+                           ratio)]  # fmt: skip
+
+    return cases
+
+
+def _bisected(
+    last: int, cases: Callable[[int, int], list[CaseResult]], follows: frozenset[str] | None
+) -> Done:
+    steps: list[Step] = []
+    while not isinstance(action := next_action(last, steps), Done):
+        assert isinstance(action, Measure)
+        outcome, _, _ = judge(cases(action.index, action.against), "", follows)
+        steps.append(Step(action.index, action.against, action.purpose, outcome))
+    return action
+
+
+def test_a_commit_that_broke_the_case_for_a_while_is_not_blamed_for_a_slowdown() -> None:
+    # commit 2 broke the case, commit 3 fixed it and made it 2x slower. Followed as any
+    # blocking change, the search blamed 2 (broken is blocking) and, measured against
+    # 2's broken build, read 3 as good: "found", the wrong commit (an audit)
+    regression = frozenset({"regression"})
+    cases = _step_cases(history(11, {3: 2.0}), frozenset({2}))
+    assert _bisected(10, cases, None).culprits == (2,)  # what it did
+    # following the slowdown: 2 has no time, so the culprit is 2 or 3, and it says so
+    done = _bisected(10, cases, regression)
+    assert done.status == "not_found" and done.culprits == ()
+    assert "only skipped commits lie between indices 1 and 3" in done.reason
+    # a break fixed before the slowdown's commit's parent: the slowdown is named
+    later = _step_cases(history(11, {6: 2.0}), frozenset({2}))
+    assert _bisected(10, later, regression).culprits == (6,)
+
+
+def test_judge_follows_only_the_kind_it_was_asked_for() -> None:
+    broken = [CaseResult(("gemm",), "fail", "broken", None)]
+    assert judge(broken, "gemm")[0] == Outcome.BAD  # any blocking kind, as before
+    assert judge(broken, "gemm", {"regression"})[:2] == (Outcome.SKIP, "broken")
+    no_time = [CaseResult(("gemm",), "pass", "unchanged", None)]
+    assert judge(no_time, "gemm", {"regression"})[:2] == (Outcome.SKIP, "no timing")
+    assert judge(no_time, "gemm")[0] == Outcome.GOOD
+    slow = [CaseResult(("gemm",), "pass", "regression", 1.8)]
+    assert judge(slow, "gemm", {"regression"})[:2] == (Outcome.BAD, "regression")
+    # a step's word is stored in a 16-character column
+    assert all(len(judge(c, "gemm", {"regression"})[1]) <= 16 for c in (broken, no_time, slow))
