@@ -172,8 +172,8 @@ def store_record(session: Session, run: Run, record: ResultRecord) -> Result | N
         gbps=_finite(thr.gbps) if thr else None,
         reliable=bool(record.device.get("reliable", True)),
         device_name=str(record.device.get("name", "")),
-        error=record.error,
-        log_tail=record.log_tail,
+        error=data["error"],  # capped, and no NUL: what PostgreSQL can hold
+        log_tail=data["log_tail"],
         record=json_safe(data),
     )
     session.add(result)

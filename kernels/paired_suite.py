@@ -97,6 +97,7 @@ from kernelwatch.kernels.record import (
     case_id,
 )
 from kernelwatch.kernels.runner import (
+    CASE_FILE_HELP,
     CASE_HELP,
     blank_record,
     checked_case,
@@ -281,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--skip-case", action="append", default=[], help="leave this case id out (repeatable)"
     )
+    # the worker passes it to every runner; paired mode's coordinator announces no case
+    p.add_argument("--case-file", default=None, help=CASE_FILE_HELP)
     p.add_argument("--case", default="", help=CASE_HELP)
     p.add_argument(
         "--min-effect",

@@ -246,6 +246,22 @@ class PairedSection:
         return _parse(cls, data, "paired")
 
 
+# A record's free text, at most (characters): an exception's message is the kernel's to
+# choose, and a 30 MB one made the record a line the worker does not read (an audit,
+# 2026-12-05: the case vanished). The head of a message says what went wrong.
+ERROR_MAX = 4000
+LOG_TAIL_MAX = 64_000
+
+
+def _capped(text: str, limit: int) -> str:
+    """``text`` within ``limit``, and without NUL, which PostgreSQL's text and JSONB
+    columns refuse (a kernel's exception message may hold one: its result was lost)."""
+    text = text.replace("\x00", "\\0")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters cut]"
+
+
 @dataclass
 class ResultRecord:
     """One case's outcome: correctness first, then timing, with where it ran.
@@ -293,10 +309,14 @@ class ResultRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as written and stored: ``error`` and ``log_tail`` cut to their caps."""
+        data = asdict(self)
+        data["error"] = _capped(self.error, ERROR_MAX)
+        data["log_tail"] = _capped(self.log_tail, LOG_TAIL_MAX)
+        return data
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, default=str)
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
 
     @classmethod
     def from_dict(cls, data: Any) -> ResultRecord:

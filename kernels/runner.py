@@ -13,6 +13,7 @@ the host clock; they prove the plumbing, not performance.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -35,11 +36,14 @@ from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_nam
 from kernelwatch.kernels.timing import TimerConfig, measure
 
 CASE_MARKER = "KW-CASE-START"
+CASE_FILE_HELP = "a file to note each case in as it starts (the worker's, beside stderr)"
 # The marker lines are a protocol with the worker (``worker/suite_process.py``), which runs
 # ``python -m kernelwatch.kernels.runner`` (or ``.paired_suite``): on by default there.
 # ``kernelwatch bench`` and ``bench-paired`` at a terminal turn them off (issue 27: a
 # person read them as output); :func:`quiet_case_markers`.
 _case_markers = True
+# The file the worker names (``--case-file``) for each case's marker too (``_announce``)
+_case_file: str | None = None
 CASE_HELP = (
     "only the cases matching this pattern: comma-separated globs over the kernel, "
     "'kernel label' (k=v by key) and the case id (kernels/casepattern.py)"
@@ -69,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu or cuda[:N]; default cuda if available")
     p.add_argument("--kernel", action="append", default=None, help="only these kernels")
     p.add_argument("--skip-case", action="append", default=[], help="case ids to skip")
+    p.add_argument("--case-file", default=None, help=CASE_FILE_HELP)
     p.add_argument("--case", default="", help=CASE_HELP)
     p.add_argument("--budget", type=float, default=None, help="sampling seconds per case")
     p.add_argument("--target", type=float, default=0.005, help="relative CI half-width target")
@@ -130,6 +135,8 @@ def device_problem(requested: str | None) -> str:
 
 def bench(args: argparse.Namespace) -> list[ResultRecord]:
     """Run the selected cases, writing each record as it ends; every record, in order."""
+    global _case_file
+    _case_file = args.case_file
     records: list[ResultRecord] = []
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":
@@ -276,8 +283,21 @@ def selected_cases(
                 continue
             if _case_markers and announce:
                 params = json.dumps(spec.params, sort_keys=True)
-                print(f"{CASE_MARKER} {cid} {spec.kernel} {params}", file=sys.stderr, flush=True)
+                _announce(f"{CASE_MARKER} {cid} {spec.kernel} {params}")
             yield suite, spec, cid
+
+
+def _announce(marker: str) -> None:
+    """The worker's case marker: on stderr, on a line of its own even after output that
+    did not end its line (a progress bar, C's ``printf``), and in the file the worker
+    names (``CASE_FILE_ENV``), which the case's code cannot redirect away as it can
+    stderr. The worker then knows which case a dying runner was in (an audit,
+    2026-12-05: a marker glued to a kernel's partial line, or sent to ``/dev/null``,
+    made a segfault end the whole run)."""
+    print(f"\n{marker}", file=sys.stderr, flush=True)
+    if _case_file:
+        with contextlib.suppress(OSError), open(_case_file, "w", encoding="utf-8") as fh:
+            fh.write(marker + "\n")
 
 
 def quiet_case_markers() -> None:

@@ -37,11 +37,13 @@ from kernelwatch.worker import fleetconfig
 from kernelwatch.worker.executor import abandon, execute
 from kernelwatch.worker.heartbeat import Heartbeats, RunCancelled, RunLeased, kill_children
 from kernelwatch.worker.prebuild import build_ahead_of
+from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.selftest import run_selftest
 
 log = logging.getLogger(__name__)
 
 settings = get_settings()
+Sandbox.check_env_at_start()
 fleet = fleetconfig.FleetConfig.from_settings(settings)
 app = make_celery(settings)
 fleetconfig.configure(app, fleet)

@@ -41,6 +41,7 @@ from kernelwatch.jobs.lifetime import die_with_parent
 from kernelwatch.jobs.planning.broker import worker_argv
 from kernelwatch.jobs.planning.queues import queue_for
 from kernelwatch.worker import gpus
+from kernelwatch.worker.sandbox import Sandbox
 
 BACKOFF_MAX_S = 60.0
 STABLE_S = 600.0
@@ -210,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if any(k < 2 for k in args.multi_gpu):
         p.error("--multi-gpu takes K >= 2 (one card is the per-GPU worker)")
+    Sandbox.check_env_at_start(p.prog)  # before a worker per GPU starts and fails alike
     specs = plan(
         gpus.query(),
         prefix=args.name,

@@ -206,6 +206,17 @@ class Sandbox:
         memory_bytes = int(memory) or default_memory_bytes()
         return cls(mode, memory_bytes, int(log_cap), uid, gid, pids, int(disk))
 
+    @classmethod
+    def check_env_at_start(cls, prog: str = "kernelwatch worker") -> None:
+        """Exit 2 with one line where ``KW_SANDBOX*`` do not validate: a worker that
+        started with ``KW_SANDBOX_MEMORY_GB=-1`` said ready, then took run after run and
+        failed each (an audit, 2026-12-05); its settings fail fast, as ``KW_*`` do."""
+        try:
+            cls.from_env()
+        except ConfigError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+
     @property
     def confined(self) -> bool:
         return self.mode == "bwrap"

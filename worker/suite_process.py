@@ -127,8 +127,18 @@ def _passes(
                 records[rec.case_id] = rec
                 if on_record:
                     on_record(rec)
+        if current is None or current[0] in records:
+            # the stderr marker may be lost (redirected, or glued to the kernel's own
+            # unended output): the runner noted the case in its file too
+            noted = _noted_case(_case_file(req))
+            if noted is not None and noted[0] not in records:
+                current = noted
         if code == 0 and not why:
-            return SuiteOutcome(list(records.values()), _join(logs), aborted=unread)
+            if current is None or current[0] in records:
+                return SuiteOutcome(list(records.values()), _join(logs), aborted=unread)
+            # the process ended "cleanly" inside a case (os._exit(0), sys.exit(0) in a
+            # kernel): the case is an error and the rest of the suite still runs
+            why = "the runner exited with code 0 inside the case (the code under test ended it)"
         if current is None or current[0] in records:
             # Died outside a case (import error, bad arguments): nothing to skip past.
             said = f"suite runner {why or describe_exit(code)}\n{_tail(log_text, 3000)}"
@@ -174,7 +184,9 @@ def _one_pass(
         argv += ["--backend", req.backend]
     for cid in sorted(skip):
         argv += ["--skip-case", cid]
-    argv += req.extra_args
+    noted = _case_file(req)
+    noted.unlink(missing_ok=True)  # a link planted there goes, not what it names
+    argv += ["--case-file", str(noted), *req.extra_args]
     env = dict(req.env)
     if req.pythonpath:
         env["PYTHONPATH"] = ":".join(req.pythonpath)
@@ -198,12 +210,9 @@ def _one_pass(
     marker: list[tuple[str, str, str]] = []
 
     def on_marker(line: str) -> None:
-        parts = line.split(maxsplit=3)
-        if len(parts) < 2:  # the code under test printed the prefix alone: not a marker
-            return
-        marker.append(
-            (parts[1], parts[2] if len(parts) > 2 else "?", parts[3] if len(parts) > 3 else "{}")
-        )
+        case = _marker_case(line)
+        if case is not None:
+            marker.append(case)
 
     current: tuple[str, str, str] | None = None
     started = time.monotonic()
@@ -251,6 +260,32 @@ def _one_pass(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return code, current, why
+
+
+def _case_file(req: SuiteRequest) -> Path:
+    """Where the runner notes each case as it starts (its ``--case-file``)."""
+    return req.workdir / "current-case"
+
+
+def _marker_case(line: str) -> tuple[str, str, str] | None:
+    """(case id, kernel, params JSON) of a marker line; None where it names no case."""
+    parts = line.split(maxsplit=3)
+    if len(parts) < 2 or parts[0] != CASE_MARKER:  # the prefix alone: not a marker
+        return None
+    return parts[1], parts[2] if len(parts) > 2 else "?", parts[3] if len(parts) > 3 else "{}"
+
+
+def _noted_case(path: Path) -> tuple[str, str, str] | None:
+    """The case the runner noted last in its file, if any (read bounded, never through
+    a link: the code under test can write the work directory)."""
+    try:
+        fh = open_regular(path)
+    except OSError:
+        return None
+    with fh:
+        text = fh.read(64 * 1024).decode("utf-8", errors="replace")
+    lines = text.strip().splitlines()
+    return _marker_case(lines[-1]) if lines else None
 
 
 class _RecordWatch:

@@ -160,6 +160,23 @@ def test_a_nan_in_a_record_is_stored_as_null_not_lost(session: Session) -> None:
     }
 
 
+def test_a_kernels_message_with_a_nul_is_stored_on_every_database(session: Session) -> None:
+    # RuntimeError("bad\x00byte") from a kernel: PostgreSQL's text and JSONB refuse NUL,
+    # and the result was lost (an audit, 2026-12-05); SQLite took it as it was
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, "d" * 40, [])
+    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+    session.add(run)
+    session.flush()
+    record = ResultRecord.from_dict(_record_dict("nul", "error"))
+    record.error, record.log_tail = "RuntimeError: bad\x00byte", "out\x00put"
+    assert store_record(session, run, record) is not None
+    session.commit()
+    row = session.scalars(select(Result).where(Result.case_id == "nul")).one()
+    assert row.error == row.record["error"] == "RuntimeError: bad\\0byte"
+    assert row.log_tail == "out\\0put"
+
+
 def test_a_record_of_another_schema_is_not_stored(session: Session) -> None:
     repo = get_or_create_repository(session, "lib", "/src/lib")
     commit = upsert_commit(session, repo, "d" * 40, [])

@@ -70,3 +70,24 @@ def test_multi_gpu_takes_two_or_more_cards() -> None:
 def test_the_worker_command_takes_multi_gpu_only_with_per_gpu() -> None:
     proc = run_cli("worker", "--multi-gpu", "2", timeout=120)
     assert proc.returncode == 2 and "--multi-gpu needs --per-gpu" in proc.stderr
+
+
+def test_a_worker_with_bad_sandbox_settings_does_not_start(tmp_path: object) -> None:
+    # KW_SANDBOX_MEMORY_GB=-1: the worker said ready, then took and failed every run
+    # (an audit, 2026-12-05); its settings now fail fast, as KW_* settings do
+    import os
+
+    env = {**os.environ, "KW_SANDBOX_MEMORY_GB": "-1"}
+    app = subprocess.run([sys.executable, "-c", "import kernelwatch.worker.app"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert app.returncode == 2, app.stderr
+    assert app.stderr.strip() == (
+        "kernelwatch worker: KW_SANDBOX_MEMORY_GB, _LOG_MB and _DISK_GB must be positive "
+        "(0: the default), KW_SANDBOX_PIDS at least 16"
+    )
+    fleet = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.worker.fleet_cli", "--dry-run"],
+        env={**env, "KW_SANDBOX": "firejail"}, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert fleet.returncode == 2 and "KW_SANDBOX must be 'bwrap' or 'none'" in fleet.stderr

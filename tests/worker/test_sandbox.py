@@ -33,6 +33,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out"); p.add_argument("--library"); p.add_argument("--suite", action="append")
 p.add_argument("--impl"); p.add_argument("--backend")
 p.add_argument("--skip-case", action="append", default=[])
+p.add_argument("--case-file")
 p.add_argument("--act", action="append", default=[])  # case=action[:arg]
 args = p.parse_args()
 acts = dict(a.split("=", 1) for a in args.act)

@@ -164,3 +164,65 @@ def test_the_records_watch_holds_no_more_than_a_line_cap_of_a_long_line(tmp_path
     with path.open("ab") as fh:
         fh.write(b"tail\n" + json.dumps({"case_id": "kept"}).encode() + b"\n")
     assert watch.new_case_ids() == {"kept"} and not watch.skipping
+
+
+# A runner announcing its cases as the real one does (runner._announce), whose case "b"
+# first hides its stderr (dup2 of /dev/null, or output left without a line end) and then
+# ends the process: by os._exit(0), or by SIGABRT.
+ENDING_RUNNER = """
+import json, os, sys
+from kernelwatch.kernels import runner
+from kernelwatch.kernels.runner import _announce
+runner._case_file = sys.argv[sys.argv.index("--case-file") + 1]
+out = sys.argv[sys.argv.index("--out") + 1]
+skip = {sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--skip-case"}
+how = os.environ["HOW"]
+for cid in ("a", "b", "c"):
+    if cid in skip:
+        continue
+    if cid == "b" and how == "hidden":
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    if cid == "b" and how == "glued":
+        os.write(2, b"a progress bar with no line end")
+    _announce(f"KW-CASE-START {cid} softmax {{}}")
+    if cid == "b":
+        os._exit(0) if how == "exit0" else os.abort()
+    with open(out, "a") as fh:
+        fh.write(json.dumps({"schema": 1, "suite": "basic", "case_id": cid, "kernel":
+                 "softmax", "backend": "fake", "params": {}, "status": "pass"}) + "\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("exit0", "the runner exited with code 0 inside the case"),
+        ("hidden", "SIGABRT"),
+        ("glued", "SIGABRT"),
+    ],
+)
+def test_a_case_that_ends_its_runner_is_that_cases_error_and_the_rest_still_run(
+    tmp_path: Path, how: str, said: str
+) -> None:
+    # an audit (2026-12-05): os._exit(0) in a kernel made the run a PASS with the rest
+    # of the suite unmeasured; a stderr redirected, or a marker glued to a kernel's
+    # unended output, made a crash "outside a case" and ended the whole run
+    (tmp_path / "ending.py").write_text(ENDING_RUNNER)
+    request = _request(tmp_path, "ending", 20)
+    request.env = {"HOW": how}
+    outcome = run_suite(request)
+    assert not outcome.aborted, outcome.aborted
+    by_id = {r.case_id: r for r in outcome.records}
+    assert set(by_id) == {"a", "b", "c"}
+    assert by_id["a"].status == by_id["c"].status == "pass"
+    assert by_id["b"].status == "error" and said in by_id["b"].error, by_id["b"].error
+
+
+def test_a_records_free_text_is_capped_so_its_line_is_read() -> None:
+    # a kernel raising RuntimeError("E" * 30_000_000) made a 30 MB record line: not read,
+    # and the case vanished
+    record = ResultRecord.for_case("basic", "c1", "softmax", "lib", {})
+    record.error = "RuntimeError: " + "E" * 30_000_000
+    line = record.to_json()
+    assert len(line) < 10_000 and "more characters cut" in line
+    assert ResultRecord.from_dict(json.loads(line)).error.startswith("RuntimeError: EEEE")
