@@ -368,10 +368,17 @@ def _rejudged(
     other_threshold = measured_at is None or abs(measured_at - min_effect) > 1e-12
     if measured in TIMING and (other_threshold or not reliable):
         d = decide(r, lo, hi, min_effect, reliable=reliable)
-        if d.verdict in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT) and d.verdict != measured:
-            # The interval is the first stage's: a change the measurement's second stage
-            # did not confirm (or never ran) is not made one here. A case whose own
-            # threshold is looser than the run's measured at it blocked on one stage.
+        # The interval is the first stage's. Measured at a finer threshold than the
+        # case's (the run measures at its smallest), the two stages looked for every
+        # change this one can see: one they did not confirm is not made one here (it
+        # blocked on one stage, an audit found, 2026-12-05). Measured at a coarser one,
+        # they did not look at this resolution, and the interval is all there is.
+        looser = measured_at is not None and min_effect > measured_at + 1e-12
+        if (
+            looser
+            and d.verdict in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT)
+            and (d.verdict != measured)
+        ):
             return Judgement(CaseVerdict.INCONCLUSIVE, r, lo, hi, f"{d.detail}; {_UNCONFIRMED}")
         return Judgement(d.verdict, r, lo, hi, d.detail)
     if measured in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT) and not reliable:
