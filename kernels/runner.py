@@ -290,7 +290,7 @@ def selected_cases(
 def _announce(marker: str) -> None:
     """The worker's case marker: on stderr, on a line of its own even after output that
     did not end its line (a progress bar, C's ``printf``), and in the file the worker
-    names (``CASE_FILE_ENV``), which the case's code cannot redirect away as it can
+    names (``--case-file``), which the case's code cannot redirect away as it can
     stderr. The worker then knows which case a dying runner was in (an audit,
     2026-12-05: a marker glued to a kernel's partial line, or sent to ``/dev/null``,
     made a segfault end the whole run)."""
