@@ -40,6 +40,8 @@ def public_source(source: str) -> str:
     A server's source URL may carry a token (``https://x-access-token:TOKEN@host/…``);
     messages about a fetch or a missing commit reach logs, the command line and, through
     the webhook handler, GitHub's commit statuses; the dashboard shows the source too.
+    Not ``db.config.masked``: that keeps the user of one database URL, and a git token
+    is often the user (``https://TOKEN@host/…``); this cuts it from any URL in a text.
     """
     return _USERINFO.sub("", source)
 

@@ -347,6 +347,8 @@ def _step_request(row: Bisection, sha: str, against: str) -> RunRequest:
 
 def _collect(session: Session, row: Bisection) -> None:
     """Judge the step runs that ended since the last look (their outcome and time)."""
+    follows: frozenset[str] | None = None
+    looked = False  # what the bisection follows, read once a pass and only when needed
     for step in row.steps:
         if step.outcome is not None:
             continue
@@ -356,7 +358,9 @@ def _collect(session: Session, row: Bisection) -> None:
             continue
         if run.status not in FINAL_STATES or (run.status == "succeeded" and run.verdict is None):
             continue
-        outcome, verdict, _ = judge_step(session, run, row.case_pattern, followed(session, row))
+        if not looked or step.purpose == Purpose.ESTABLISH.value:
+            follows, looked = followed(session, row), True
+        outcome, verdict, _ = judge_step(session, run, row.case_pattern, follows)
         step.outcome, step.verdict = outcome.value, verdict
         step.seconds = _held_seconds(run)
         row.gpu_seconds = (row.gpu_seconds or 0.0) + step.seconds

@@ -51,6 +51,16 @@ def _record_dict(case: str = "c1", status: str = "pass") -> dict:
     }
 
 
+def _new_run(session: Session, sha: str) -> Run:
+    """A run of commit ``sha`` of repository ``lib``, flushed: what a stored record needs."""
+    repo = get_or_create_repository(session, "lib", "/src/lib")
+    commit = upsert_commit(session, repo, sha, [])
+    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+    session.add(run)
+    session.flush()
+    return run
+
+
 def test_migrations_create_every_table(db_url: str) -> None:
     tables = set(inspect(engine_for(db_url)).get_table_names())
     assert {
@@ -76,11 +86,7 @@ def test_commits_keep_parents_in_order(session: Session) -> None:
 
 
 def test_result_writes_are_idempotent(session: Session) -> None:
-    repo = get_or_create_repository(session, "lib", "/src/lib")
-    commit = upsert_commit(session, repo, "a" * 40, [])
-    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
-    session.add(run)
-    session.flush()
+    run = _new_run(session, "a" * 40)
     assert store_record(session, run, _record()) is not None
     assert store_record(session, run, _record()) is None  # a re-delivered record
     session.commit()
@@ -104,11 +110,7 @@ def test_latest_run_for_matches_suites_and_device_class(session: Session) -> Non
 
 
 def test_regression_rows_reference_run_and_case(session: Session) -> None:
-    repo = get_or_create_repository(session, "lib", "/src/lib")
-    commit = upsert_commit(session, repo, "a" * 40, [])
-    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
-    session.add(run)
-    session.flush()
+    run = _new_run(session, "a" * 40)
     store_record(session, run, _record())
     session.add(Regression(run_id=run.id, case_id="c1", kind="broken", detail="wrong"))
     session.commit()
@@ -137,11 +139,7 @@ def test_migrations_match_the_models(db_url: str) -> None:
 def test_a_nan_in_a_record_is_stored_as_null_not_lost(session: Session) -> None:
     # A kernel that writes NaN has NaN correctness errors; PostgreSQL's JSONB refuses
     # the NaN token, which used to lose the failure it should record.
-    repo = get_or_create_repository(session, "lib", "/src/lib")
-    commit = upsert_commit(session, repo, "c" * 40, [])
-    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
-    session.add(run)
-    session.flush()
+    run = _new_run(session, "c" * 40)
     record = {
         **_record_dict("nan", "fail"),
         "correctness": {"errors": {"rel_l2": float("nan")}, "bound": 1e-3, "passed": False},
@@ -163,11 +161,7 @@ def test_a_nan_in_a_record_is_stored_as_null_not_lost(session: Session) -> None:
 def test_a_kernels_message_with_a_nul_is_stored_on_every_database(session: Session) -> None:
     # RuntimeError("bad\x00byte") from a kernel: PostgreSQL's text and JSONB refuse NUL,
     # and the result was lost (an audit, 2026-12-05); SQLite took it as it was
-    repo = get_or_create_repository(session, "lib", "/src/lib")
-    commit = upsert_commit(session, repo, "d" * 40, [])
-    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
-    session.add(run)
-    session.flush()
+    run = _new_run(session, "d" * 40)
     record = ResultRecord.from_dict(_record_dict("nul", "error"))
     record.error, record.log_tail = "RuntimeError: bad\x00byte", "out\x00put"
     assert store_record(session, run, record) is not None
@@ -178,11 +172,7 @@ def test_a_kernels_message_with_a_nul_is_stored_on_every_database(session: Sessi
 
 
 def test_a_record_of_another_schema_is_not_stored(session: Session) -> None:
-    repo = get_or_create_repository(session, "lib", "/src/lib")
-    commit = upsert_commit(session, repo, "d" * 40, [])
-    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
-    session.add(run)
-    session.flush()
+    run = _new_run(session, "d" * 40)
     record = _record("future")
     record.schema = 2
     with pytest.raises(ValueError, match="schema 2"):

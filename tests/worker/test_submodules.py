@@ -56,13 +56,18 @@ def test_worktree_of_a_mirror_gets_the_pinned_submodule_from_the_mirror(
     assert submodules.pinned(checkout, "csrc/cutlass") == pinned_sha
 
 
+def _checkout(tmp_path: Path, repo: Path, sha: str, name: str) -> Path:
+    """A worktree of ``repo`` at ``sha`` from a fresh mirror, its submodules not fetched."""
+    mirror = Mirror(tmp_path / "mirrors", str(repo))
+    mirror.sync()
+    return mirror.worktree(sha, tmp_path / name)
+
+
 def test_an_unreachable_mirror_is_an_infrastructure_error(
     tmp_path: Path, repos: tuple[Path, Path, str, str]
 ) -> None:
     _, fa, sha, _ = repos
-    mirror = Mirror(tmp_path / "mirrors", str(fa))
-    mirror.sync()
-    checkout = mirror.worktree(sha, tmp_path / "w2")
+    checkout = _checkout(tmp_path, fa, sha, "w2")
     with pytest.raises(InfrastructureError, match="submodule update failed"):
         submodules.update(checkout, ["csrc/cutlass"], {UPSTREAM: str(tmp_path / "no-such")})
 
@@ -73,9 +78,7 @@ def test_a_submodule_the_commit_does_not_declare_is_the_recipes_error(
     # a typo in install.submodules reached git ("did not match any file(s)"), an
     # infrastructure error: retried as an outage instead of named as the file's
     cutlass, fa, sha, _ = repos
-    mirror = Mirror(tmp_path / "mirrors", str(fa))
-    mirror.sync()
-    checkout = mirror.worktree(sha, tmp_path / "w3")
+    checkout = _checkout(tmp_path, fa, sha, "w3")
     with pytest.raises(ConfigError, match=r"'csrc/cutlas'.*declares: csrc/cutlass"):
         submodules.update(checkout, ["csrc/cutlas"], {UPSTREAM: str(cutlass)})
 
