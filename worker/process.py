@@ -10,7 +10,11 @@ later reads whole: the file is capped (``log_cap`` bytes, then a marker line and
 the last ``TAIL_BYTES`` of the output), so a kernel printing 1.2 GB costs 64 MB of
 disk and a few hundred kB of worker memory. The pump also hands lines that start
 with a watched prefix (the suite runner's case markers) to a callback, capped
-log or not.
+log or not. The first byte past the cap calls ``on_cap`` from the pump itself, before
+it reads on, and the sink names the last watched line that began before the cap
+(``before_cap``): a flood is stopped and blamed on the case that printed it, however
+slowly the caller polls (on a loaded host a 200 MB flood and the rest of the suite
+could finish between two polls).
 
 Limits are a :class:`~kernelwatch.worker.limits.Guard` (memory with shared and
 tmpfs pages, processes, disk; a cgroup v2 of its own where the host delegates one,
@@ -56,6 +60,7 @@ class LogSink:
         cap: int,
         watch: bytes | None = None,
         on_line: Callable[[str], None] | None = None,
+        on_cap: Callable[[], None] | None = None,
     ) -> None:
         self.path = path
         self.cap = cap
@@ -67,6 +72,9 @@ class LogSink:
         self._tail: deque[bytes] = deque()
         self._tail_len = 0
         self._partial = b""
+        self._read = 0  # bytes read from the pipe so far
+        self._on_cap = on_cap
+        self.before_cap: str | None = None  # the last watched line that began before the cap
         self._thread = threading.Thread(target=self._pump, name=f"log {path.name}", daemon=True)
         self._thread.start()
 
@@ -92,14 +100,19 @@ class LogSink:
                 if not chunk:
                     break
                 self._scan(chunk)
+                self._read += len(chunk)
                 room = self.cap - self.written
                 if room > 0:
                     out.write(chunk[:room])
                     self.written += min(room, len(chunk))
                     chunk = chunk[room:]
                 if chunk:
+                    first = not self.dropped
                     self.dropped += len(chunk)
                     self._keep(chunk)
+                    if first and self._on_cap is not None:
+                        out.flush()
+                        self._on_cap()
             if self.dropped:
                 tail = b"".join(self._tail)
                 out.write(
@@ -121,6 +134,7 @@ class LogSink:
         if self._watch is None or self._on_line is None:
             return
         data = self._partial + chunk
+        base = self._read - len(self._partial)  # the stream offset of data[0]
         start = 0
         while True:
             i = data.find(self._watch, start)
@@ -130,6 +144,8 @@ class LogSink:
             if end < 0:
                 break
             if i == 0 or data[i - 1 : i] == b"\n":
+                if base + i < self.cap:
+                    self.before_cap = data[i:end].decode("utf-8", errors="replace")
                 try:
                     self._on_line(data[i:end].decode("utf-8", errors="replace"))
                 except Exception:  # a line the handler cannot take must not stop the drain
@@ -162,6 +178,7 @@ class Supervised:
         on_line: Callable[[str], None] | None = None,
         signal_codes: bool = False,
         guard: Guard | None = None,
+        kill_on_cap: bool = False,
     ) -> None:
         if guard is None and memory_limit:
             guard = Guard(Limits(memory_limit), count_tasks=False)
@@ -189,7 +206,12 @@ class Supervised:
         )
         assert self.proc.stdout is not None
         self.sink = LogSink(
-            self.proc.stdout, log_path, log_cap, watch.encode() if watch else None, on_line
+            self.proc.stdout,
+            log_path,
+            log_cap,
+            watch.encode() if watch else None,
+            on_line,
+            on_cap=self.kill if kill_on_cap else None,
         )
 
     @property

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kernelwatch.kernels.record import RecordError, ResultRecord
 from kernelwatch.kernels.runner import CASE_MARKER
@@ -118,11 +118,13 @@ def _passes(
     logs: list[str] = []
     for attempt in range(MAX_RESTARTS):
         log_path = req.workdir / f"runner-{attempt}.log"
-        code, current, why = _one_pass(req, out_path, log_path, skip, deadline)
+        code, current, why, blamed = _one_pass(req, out_path, log_path, skip, deadline)
         log_text = read_tail(log_path, LOG_TAIL_BYTES)
         logs.append(log_text)
         read, unread = _read_records(out_path, req)
         for rec in read:
+            if blamed and current is not None and rec.case_id == current[0]:
+                continue  # its own record does not outweigh what it did
             if rec.case_id not in records:
                 records[rec.case_id] = rec
                 if on_record:
@@ -164,9 +166,20 @@ def _passes(
     return SuiteOutcome(list(records.values()), _join(logs), aborted="too many runner restarts")
 
 
+class PassEnd(NamedTuple):
+    """How one runner pass ended: its exit code, the case it was in, and why it was
+    stopped; ``blamed`` where the case caused the stop whether or not it got to write
+    its record (a log flood), so the error stands in place of that record."""
+
+    code: int
+    current: tuple[str, str, str] | None
+    why: str
+    blamed: bool = False
+
+
 def _one_pass(
     req: SuiteRequest, out_path: Path, log_path: Path, skip: set[str], deadline: float
-) -> tuple[int, tuple[str, str, str] | None, str]:
+) -> PassEnd:
     argv = [
         req.python,
         "-m",
@@ -229,6 +242,7 @@ def _one_pass(
             watch=CASE_MARKER + " ",
             on_line=on_marker,
             signal_codes=box.confined,
+            kill_on_cap=True,  # killed by the pump itself, before it reads on
         )
         while True:
             code = child.poll()
@@ -242,9 +256,7 @@ def _one_pass(
             if code is not None:
                 break
             now = time.monotonic()
-            if child.sink.capped:
-                why = f"log over the {box.log_cap_bytes / 1e6:g} MB cap; runner killed"
-            elif current is not None and now - started > req.case_timeout_s:
+            if current is not None and now - started > req.case_timeout_s:
                 why = f"case timed out after {req.case_timeout_s:.0f}s; killed"
             elif now > deadline:
                 why = f"suite timed out after {req.suite_timeout_s:.0f}s; killed"
@@ -255,11 +267,19 @@ def _one_pass(
         code = child.finish()
         while marker:  # markers the pump read after the last poll
             current = marker.pop(0)
+        if child.sink.capped:
+            # the case that was printing when the log passed the cap, not the one the
+            # polls last saw: the flood, its record and later cases may all have
+            # come and gone between two polls
+            why = f"log over the {box.log_cap_bytes / 1e6:g} MB cap; runner killed"
+            flooder = _marker_case(child.sink.before_cap or "")
+            if flooder is not None:
+                return PassEnd(code, flooder, why, blamed=True)
         if child.stopped and not why:
             why = f"{child.stopped}; runner killed"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return code, current, why
+    return PassEnd(code, current, why)
 
 
 def _case_file(req: SuiteRequest) -> Path:

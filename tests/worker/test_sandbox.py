@@ -297,17 +297,27 @@ def test_a_setsid_child_does_not_outlive_the_run(tmp_path: Path) -> None:
     assert left == []
 
 
-def test_a_log_flood_ends_as_one_error_with_a_capped_log(tmp_path: Path) -> None:
-    cap = 8 * 10**6
-    # 200 MB of stdout in case c2: killed at the cap, c1 and c3 measured as usual
-    outcome = run_suite(_request(tmp_path, ["c2=flood:200"], _box(log_cap_bytes=cap)))
+@pytest.mark.parametrize(
+    ("flood_mib", "cap"),
+    [
+        # 200 MB of stdout: killed at the cap, c1 and c3 measured as usual
+        (200, 8 * 10**6),
+        # 20 kB past the cap: all of it fits the pipe, so c2 may write its record and
+        # c3 may start before the kill lands; c2 is still the flood's error
+        (8, 8 * 2**20 - 20_000),
+    ],
+)
+def test_a_log_flood_ends_as_one_error_with_a_capped_log(
+    tmp_path: Path, flood_mib: int, cap: int
+) -> None:
+    outcome = run_suite(_request(tmp_path, [f"c2=flood:{flood_mib}"], _box(log_cap_bytes=cap)))
     cases = _by_case(outcome.records)
     assert {c: r.status for c, r in cases.items()} == {"c1": "pass", "c2": "error", "c3": "pass"}
-    assert "log over the 8 MB cap" in (cases["c2"].error or "")
+    assert f"log over the {cap / 1e6:g} MB cap" in (cases["c2"].error or "")
     assert not outcome.aborted
     log = tmp_path / "run" / "suite" / "runner-0.log"
     assert cap < log.stat().st_size < cap + 300_000
-    assert "log capped at 8 MB" in log.read_text(errors="replace")
+    assert f"log capped at {cap / 1e6:g} MB" in log.read_text(errors="replace")
     assert len(outcome.log) <= 200_000
 
 
@@ -349,7 +359,31 @@ def test_log_sink_finds_markers_across_chunks_and_past_the_cap(tmp_path: Path) -
         assert sink.join(10)
     assert seen == ["MARK one", "MARK two"]
     assert sink.capped and sink.written == 1000
+    assert sink.before_cap is None  # both markers began past the cap
     assert (tmp_path / "log").read_bytes().endswith(b"MARK two\nend")
+
+
+def test_log_sink_stops_a_flood_at_once_and_names_the_line_before_the_cap(
+    tmp_path: Path,
+) -> None:
+    """The pump calls ``on_cap`` before it reads past the chunk that crossed the cap,
+    and names the last marker that began before the cap, not one read with it."""
+    read, write = os.pipe()
+    capped_after: list[int] = []
+    with os.fdopen(read, "rb") as pipe:
+        sink = LogSink(
+            pipe,
+            tmp_path / "log",
+            1000,
+            b"MARK ",
+            lambda _line: None,
+            on_cap=lambda: capped_after.append(sink.dropped),
+        )
+        with os.fdopen(write, "wb") as out:
+            out.write(b"MARK a\n" + b"y" * 900 + b"\nMARK b\n" + b"z" * 2000 + b"\nMARK c\n")
+        assert sink.join(10)
+    assert sink.before_cap == "MARK b"
+    assert len(capped_after) == 1 and capped_after[0] > 0  # once, at the first dropped byte
 
 
 def test_tree_memory_counts_the_children(tmp_path: Path) -> None:
