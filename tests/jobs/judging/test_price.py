@@ -98,3 +98,6 @@ def test_an_unmeasured_case_makes_the_class_neutral_and_the_price_is_shown(
     assert text in render_comment(verdict, dashboard_url="https://kw.example.com")
     shown = format_run(run_summary(session, priced_run))
     assert f"paired: {text}" in shown
+    # the state is said once ("neutral: 1 inconclusive", not "neutral: neutral: ...")
+    assert f"the commit's answer on h200: {cls.description} (from this run)" in shown
+    assert "neutral: neutral" not in shown
