@@ -170,7 +170,7 @@ def test_a_new_users_first_session(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                 hold_s=20,
             )  # fmt: skip
             stddev = {
-                name: browser.screenshot(
+                name: browser.drawn(
                     f"{url}/?{query}", tmp_path / f"page-{name}.png",
                     tmp_path / f"profile-{name}", hold_s=10,
                 )
