@@ -13,6 +13,7 @@ import sys
 from kernelwatch.jobs.cli.exit_codes import Exit, fail
 
 NAME = "detect"
+USAGE = 'give {"values": [...], "lower_is_better": true}, or with --batch {"series": [...]}'
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,7 +34,12 @@ def handle(args: argparse.Namespace) -> int:
     from kernelwatch.jobs.judging.detect import detect_json
 
     try:
-        payload = json.loads(sys.stdin.read())
+        text = sys.stdin.read()
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError as exc:  # bare, it read "Expecting value: line 1 ..."
+            what = "is empty" if not text.strip() else f"is not JSON ({exc})"
+            raise ValueError(f"stdin {what}: {USAGE}") from None
         if args.batch and not (isinstance(payload, dict) and "series" in payload):
             raise ValueError('--batch expects {"series": [{"id", "values"}, ...]}')
         result = detect_json(payload)

@@ -207,7 +207,9 @@ def gate(
             wait=wait,
             timeout_s=timeout_s,
             poll_s=poll_s,
-            progress=progress,
+            # as the database gate: progress while waiting only; without --wait it said
+            # "(waiting for the webhook's runs)" above an answer it did not wait for
+            progress=progress if wait else None,
         )
     except Refused as exc:
         print(f"kernelwatch gate: the API refused the request: {exc}", file=err)

@@ -68,7 +68,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
-        print(f"imported {req.path} as run {run_id} ({run.verdict or 'not judged'})")
+        where = f"{summary['repository']}@{str(summary['commit'])[:12]} on {run.device_class}"
+        print(f"imported {req.path} as run {run_id} of {where} ({run.verdict or 'not judged'})")
     return 0
 
 

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import FrameType
 
 from kernelwatch.jobs.lifetime import die_with_parent, stop_group
@@ -51,7 +51,19 @@ def handle(args: argparse.Namespace) -> int:
     argvs = part_argvs(args.port, args.dashboard_port, args.host, args.queues)
     if args.no_beat:
         del argvs["beat"]
-    return supervise(argvs)
+    return supervise(argvs, env=part_env(os.environ, args.host, args.dashboard_port))
+
+
+def part_env(environ: Mapping[str, str], host: str, dashboard_port: int) -> dict[str, str]:
+    """The parts' environment: ``KW_DASHBOARD_URL``, where unset, names the dashboard this
+    command starts. Without it ``serve --dashboard-port 8600`` linked the API's answers,
+    commit statuses and PR comments to :8501, where nothing listened (an audit)."""
+    env = dict(environ)
+    if not env.get("KW_DASHBOARD_URL"):
+        shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        shown = f"[{shown}]" if ":" in shown else shown
+        env["KW_DASHBOARD_URL"] = f"http://{shown}:{dashboard_port}"
+    return env
 
 
 def part_argvs(
@@ -67,7 +79,9 @@ def part_argvs(
     }
 
 
-def supervise(argvs: dict[str, list[str]], poll_s: float = 0.5) -> int:
+def supervise(
+    argvs: dict[str, list[str]], poll_s: float = 0.5, env: Mapping[str, str] | None = None
+) -> int:
     """Start every part; when one exits or we get SIGTERM/SIGINT, stop the others.
 
     Each part leads a process group of its own and gets SIGTERM if this supervisor
@@ -76,7 +90,10 @@ def supervise(argvs: dict[str, list[str]], poll_s: float = 0.5) -> int:
     """
     procs = {
         name: subprocess.Popen(
-            argv, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM)
+            argv,
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGTERM),
+            env=None if env is None else dict(env),
         )
         for name, argv in argvs.items()
     }

@@ -244,7 +244,8 @@ def _bisection(session: Session, bisection_id: int) -> dict[str, Any]:
 def format_run(summary: dict[str, Any]) -> str:
     head = (
         f"run {summary['id']}  {summary['repository']}@{(summary['commit'] or '-')[:12]}  "
-        f"status={summary['status']}  verdict={summary['verdict']}  worker={summary['worker']}"
+        f"status={summary['status']}  verdict={summary['verdict'] or '-'}  "
+        f"worker={summary['worker'] or '-'}"
     )
     lines = [head]
     b = summary.get("bisection")
@@ -267,7 +268,8 @@ def format_run(summary: dict[str, Any]) -> str:
     if a:
         runs = ", ".join(str(i) for i in a["runs"])
         if not a["this_run"]:
-            part = f" (from runs {runs}; this run is not part of it)"
+            runs = ("runs " if len(a["runs"]) > 1 else "run ") + runs
+            part = f" (from {runs}; this run is not part of it)"
         else:  # several runs: the description names them
             part = "" if len(a["runs"]) > 1 else " (from this run)"
         said = str(a["description"])

@@ -32,9 +32,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Commit, Run
-from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.db.store import upsert_commit
 from kernelwatch.jobs.errors import ConfigError
-from kernelwatch.jobs.planning.importer import ImportRequest, import_records, read_records
+from kernelwatch.jobs.planning.importer import (
+    ImportRequest,
+    import_records,
+    import_repository,
+    read_records,
+)
 
 
 class _Table(BaseModel):
@@ -147,7 +152,7 @@ def import_dataset(
     check_cards(manifest, root)
     with factory() as session, session.begin():
         for c in manifest.commit:
-            repo = get_or_create_repository(session, c.repo, c.repo)
+            repo = import_repository(session, c.repo)
             upsert_commit(
                 session,
                 repo,

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
-from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.models import Commit, Repository, Run
 from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.store import get_or_create_repository, store_record, upsert_commit
 from kernelwatch.jobs.errors import ConfigError
@@ -69,6 +69,33 @@ def read_records(path: Path) -> list[ResultRecord]:
     return records
 
 
+def import_repository(session: Session, name: str) -> Repository:
+    """The repository ``--repo NAME`` means: the one stored under that name (a library
+    ``kernelwatch run`` measures here, whose records were taken on another machine), else
+    the one whose source it is, else a new one. ``get_or_create_repository`` alone looks
+    by source only: ``--repo tinykern`` for the records of the stored ``tinykern`` made a
+    ``tinykern-6069`` beside it, and ``gate --repo tinykern`` never saw them (an audit)."""
+    named = session.scalars(select(Repository).where(Repository.name == name)).first()
+    return named if named is not None else get_or_create_repository(session, name, name)
+
+
+def stored_sha(session: Session, repo: Repository, commit: str) -> str:
+    """``commit`` as stored: the full sha of the one commit of ``repo`` a 7+ digit prefix
+    names, else ``commit`` as given (a full sha, a new commit, a label); a prefix of several
+    is refused. A prefix stored as a commit of its own beside its full sha made ``gate
+    --sha PREFIX`` ambiguous."""
+    if not (7 <= len(commit) < 40 and all(c in "0123456789abcdef" for c in commit.lower())):
+        return commit
+    found = session.scalars(
+        select(Commit.sha)
+        .where(Commit.repository_id == repo.id, Commit.sha.startswith(commit.lower()))
+        .limit(2)
+    ).all()
+    if len(found) > 1:
+        raise ConfigError(f"commit {commit} is ambiguous in {repo.name}: give more of its sha")
+    return found[0] if found else commit
+
+
 def import_records(factory: sessionmaker[Session], settings: Settings, req: ImportRequest) -> int:
     """Store the records as one finished run of ``req.commit``; returns the run id."""
     records = read_records(req.path)
@@ -78,18 +105,20 @@ def import_records(factory: sessionmaker[Session], settings: Settings, req: Impo
     # baseline; judging them against another run's samples would throw that away.
     paired = all(r.paired is not None for r in records)
     with factory() as session, session.begin():
-        repo = get_or_create_repository(session, req.repository, req.repository)
-        if req.parent is not None:
+        repo = import_repository(session, req.repository)
+        sha = stored_sha(session, repo, req.commit)
+        parent = None if req.parent is None else stored_sha(session, repo, req.parent)
+        if parent is not None:
             exists = session.scalar(
-                select(Commit.id).where(Commit.repository_id == repo.id, Commit.sha == req.parent)
+                select(Commit.id).where(Commit.repository_id == repo.id, Commit.sha == parent)
             )
             if exists is None:
                 raise ConfigError(f"parent {req.parent!r} is not a commit of {req.repository}")
         commit = upsert_commit(
             session,
             repo,
-            req.commit,
-            [req.parent] if req.parent else [],
+            sha,
+            [parent] if parent else [],
             message=req.message or f"imported from {req.path.name}",
             committed_at=now,
         )
@@ -102,7 +131,7 @@ def import_records(factory: sessionmaker[Session], settings: Settings, req: Impo
             device_class=req.device_class,
             queue="import",
             worker="import",
-            baseline_sha=req.parent,
+            baseline_sha=parent,
             options=RunOptions(imported_from=str(req.path), records=len(records), paired=paired),
             created=now,
             started=now,

@@ -16,6 +16,7 @@ from kernelwatch.jobs.demo.pipeline import (
     demo_repository_dir,
     demo_tag,
 )
+from kernelwatch.kernels.verdict import MIN_EFFECT
 from tests.helpers import make_repo
 
 
@@ -35,3 +36,11 @@ def test_a_demo_repository_someone_changed_is_made_anew(tmp_path: Path) -> None:
     commits = create_demo_repository(dest)
     assert [c.message for c in commits] == [c.message for c in first]
     assert "EXTRA.md" not in {p.name for p in dest.iterdir()}
+
+
+def test_the_demo_config_names_the_service_default_threshold(tmp_path: Path) -> None:
+    # the demo's .kernelwatch.toml said "On a GPU the service default (5 %) applies";
+    # the default is 1 % everywhere (design.md, README; an audit, 2026-12-05)
+    create_demo_repository(tmp_path / "demo")
+    text = (tmp_path / "demo" / ".kernelwatch.toml").read_text()
+    assert f"service default ({MIN_EFFECT * 100:g} %)" in text

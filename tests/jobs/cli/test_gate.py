@@ -352,3 +352,19 @@ def test_detect_command_rejects_bad_input_with_2(
     assert main(["detect", *args]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("kernelwatch detect: ")
+
+
+@pytest.mark.parametrize(("stdin", "said"), [("", "stdin is empty"), ("{not", "stdin is not JSON")])
+def test_detect_says_what_stdin_should_hold(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stdin: str, said: str
+) -> None:
+    # `kernelwatch detect < /dev/null` said only "Expecting value: line 1 column 1
+    # (char 0)" (an audit, 2026-12-05)
+    import io
+
+    from kernelwatch.jobs.cli.main import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert main(["detect"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kernelwatch detect: {said}") and '{"values": [...]' in err

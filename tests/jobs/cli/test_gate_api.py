@@ -242,3 +242,15 @@ def test_the_action_script_runs_alone_under_its_own_name(
     assert "regression" in proc.stdout and "kernelwatch gate: fail (exit 1)" in proc.stderr
     assert "verdict=fail\nexit-code=1\n" in outputs.read_text()
     assert "<!-- kernelwatch:pr-comment -->" in summary.read_text()
+
+
+def test_without_wait_no_progress_line_says_it_waits(
+    factory: sessionmaker[Session], api: str
+) -> None:
+    # `gate --api URL` without --wait printed "[0s] none: no runs of this commit yet
+    # (waiting for the webhook's runs)" and returned at once (an audit, 2026-12-05)
+    seed(factory)
+    for sha in ("d" * 40, HEAD):
+        progress = io.StringIO()
+        code, _ = ask(api, sha=sha, progress=progress)
+        assert code in (Exit.ERROR, Exit.FAIL) and progress.getvalue() == ""

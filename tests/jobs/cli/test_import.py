@@ -9,8 +9,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from kernelwatch.db.migrate import upgrade
-from kernelwatch.db.models import Result, Run
+from kernelwatch.db.models import Commit, Repository, Result, Run
 from kernelwatch.db.session import make_engine
+from kernelwatch.db.store import get_or_create_repository, upsert_commit
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[3] / "docs" / "data"
@@ -74,3 +75,28 @@ def test_a_file_with_a_case_twice_is_two_runs_and_refused(tmp_path: Path) -> Non
     assert "again, first on line 1" in out.stderr
     with sessionmaker(bind=make_engine(url))() as s:
         assert s.scalars(select(Run)).all() == []  # nothing half-imported
+
+
+def test_records_of_a_stored_repository_join_it_and_its_commit(tmp_path: Path) -> None:
+    # README: records measured elsewhere go in with `import F --repo R --commit SHA`;
+    # `--repo tinykern` for the stored tinykern (source a path) made a `tinykern-NNNN`
+    # beside it, and `gate --repo tinykern` never saw the records (an audit, 2026-12-05);
+    # a sha prefix became a commit of its own beside its full sha
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    sha = "484a3542eb05a8845aab52cd43c0043e468943da"
+    factory = sessionmaker(bind=make_engine(url))
+    with factory() as s, s.begin():
+        repo = get_or_create_repository(s, "tinykern", str(tmp_path / "src" / "tinykern"))
+        upsert_commit(s, repo, sha, [])
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    out = run_cli("import", str(RUN1), "--repo", "tinykern", "--commit", sha[:7],
+                  "--device-class", "h200", env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"as run 1 of tinykern@{sha[:12]} on h200 (pass)" in out.stdout
+    with factory() as s:
+        assert [r.name for r in s.scalars(select(Repository))] == ["tinykern"]
+        assert [c.sha for c in s.scalars(select(Commit))] == [sha]
+    gate = run_cli("gate", "--repo", "tinykern", "--sha", sha[:7], "--json", env=env)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert [c["run_id"] for c in json.loads(gate.stdout)["classes"]] == [1]

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Repository, Result, Run
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.judging.report import format_run, run_summary
 from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
 from tests.conftest import run_cli
 from tests.helpers import library_files, make_repo
@@ -138,3 +139,14 @@ def test_unknown_kernel_exits_2_with_a_suggestion_and_queues_nothing(tmp_path: P
     data = tmp_path / "kwdata"
     if (data / "kernelwatch.db").exists():
         assert _rows(data)[1] == 0
+
+
+def test_show_of_a_queued_run_says_dash_not_none(session: Session) -> None:
+    # `kernelwatch show RUN` of a queued run printed "verdict=None  worker=None" and
+    # "(from runs 19; ...)" for one run (an audit, 2026-12-05)
+    judged = _run(session, "push", "succeeded", "pass", {"c1": "unchanged"})
+    queued = _run(session, "manual", "queued", None)
+    text = format_run(run_summary(session, queued))
+    assert "verdict=-  worker=-" in text.splitlines()[0]
+    assert "None" not in text
+    assert f"(from run {judged.id}; this run is not part of it)" in text

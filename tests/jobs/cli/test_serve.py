@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelwatch.jobs.cli.serve import part_env, supervise
+
 pytestmark = pytest.mark.slow
 
 
@@ -151,3 +153,16 @@ def test_a_worker_started_for_a_command_dies_with_it(tmp_path: Path) -> None:
         for pid in everything:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_parts_link_to_the_dashboard_serve_starts(tmp_path: Path) -> None:
+    """``serve --dashboard-port P``: the API's answers, statuses and PR comments linked
+    to :8501, where nothing listened (an audit, 2026-12-05); a URL set stays."""
+    out = tmp_path / "url"
+    probe = "import os, sys; open(sys.argv[1], 'w').write(os.environ['KW_DASHBOARD_URL'])"
+    env = part_env({k: v for k, v in os.environ.items() if k != "KW_DASHBOARD_URL"},
+                   "0.0.0.0", 8600)  # fmt: skip
+    supervise({"probe": [sys.executable, "-c", probe, str(out)]}, poll_s=0.1, env=env)
+    assert out.read_text() == "http://127.0.0.1:8600"
+    kept = part_env({"KW_DASHBOARD_URL": "https://kw.example.com"}, "127.0.0.1", 8600)
+    assert kept["KW_DASHBOARD_URL"] == "https://kw.example.com"
