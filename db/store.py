@@ -19,7 +19,13 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, CommitParent, Repository, Result, Run
-from kernelwatch.kernels.record import SCHEMA_VERSION, ResultRecord, case_label, telemetry_of
+from kernelwatch.kernels.record import (
+    SCHEMA_VERSION,
+    ResultRecord,
+    case_id,
+    case_label,
+    telemetry_of,
+)
 
 
 def source_suffix(source: str) -> str:
@@ -111,18 +117,35 @@ def upsert_commit(
 
 
 def get_or_create_case(session: Session, record: ResultRecord) -> Case:
+    """The shared row of ``record``'s case, made from the first record of it, and made
+    again from the first whose kernel, backend and parameters hash to its id.
+
+    Case rows are shared by every repository, and the code under test writes its own
+    records (and markers, which become error records): a hostile library could file a
+    record under another library's case id with parameters of its choosing, and that
+    label is what the victim's threshold patterns, PR comment and dashboard read (an
+    audit, 2026-12-05). A record that hashes to its id cannot be forged (that would be a
+    second preimage), so the first such record sets the row right for good. The suite
+    is not in the hash and stays the first record's.
+    """
     case = session.get(Case, record.case_id)
+    params = json_safe(record.params)
     if case is None:
-        label = case_label(record.params)
         case = Case(
             id=record.case_id,
             suite=record.suite,
             kernel=record.kernel,
             backend=record.backend,
-            params=json_safe(record.params),
-            label=label,
+            params=params,
+            label=case_label(record.params),
         )
         session.add(case)
+        session.flush()
+    elif (case.kernel, case.backend, case.params) != (record.kernel, record.backend, params) and (
+        case_id(record.kernel, record.backend, record.params) == record.case_id
+    ):
+        case.kernel, case.backend, case.params = record.kernel, record.backend, params
+        case.label = case_label(record.params)
         session.flush()
     return case
 

@@ -80,7 +80,7 @@ logger = logging.getLogger(__name__)
 MARKER = ".kw-env.json"
 LAST_USED = ".kw-last-used"
 DEFAULT_MAX_BYTES = 200 * 2**30
-_IGNORED = {MARKER, LAST_USED}
+_IGNORED = {MARKER, LAST_USED, f"{MARKER}.tmp", f"{LAST_USED}.tmp"}  # the cache's own
 
 
 # --------------------------------------------------------------------------- toolchain
@@ -862,27 +862,48 @@ def _entry_size(d: Path) -> int:
     return _tree_size(d)
 
 
+# The cache's own files in an entry (its marker, its last use) lie in the directory a
+# build wrote as the sandbox user: a link or FIFO the build left under one of their names
+# had the worker (root, maybe) write through the link to any file of the host, or block
+# on the FIFO for good. They are read only as plain files, and written only as new ones.
+_OWN_MAX = 64 * 2**20  # a marker is a few kB (its listing digest, not a listing)
+
+
+def _read_own(path: Path) -> str:
+    with open_regular(path) as fh:  # never through a link, never a FIFO
+        return fh.read(_OWN_MAX).decode("utf-8")
+
+
+def _write_own(path: Path, text: str) -> None:
+    """``text`` into ``path`` by way of a new file (whatever was left there is replaced,
+    never opened), renamed into place so a reader sees the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # a link planted there goes, not what it names
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
 def _read_marker(d: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((d / MARKER).read_text(encoding="utf-8"))
+        data = json.loads(_read_own(d / MARKER))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
 def _write_marker(d: Path, meta: dict[str, Any]) -> None:
-    tmp = d / f"{MARKER}.tmp"
-    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(d / MARKER)
+    _write_own(d / MARKER, json.dumps(meta, indent=1, sort_keys=True))
 
 
 def _touch(d: Path) -> None:
-    (d / LAST_USED).write_text(str(time.time()), encoding="utf-8")
+    _write_own(d / LAST_USED, str(time.time()))
 
 
 def _last_used(d: Path) -> float:
     try:
-        return float((d / LAST_USED).read_text(encoding="utf-8"))
+        return float(_read_own(d / LAST_USED))
     except (OSError, ValueError):
         return 0.0
 

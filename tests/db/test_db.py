@@ -17,7 +17,7 @@ from kernelwatch.db.store import (
     stored_case_ids,
     upsert_commit,
 )
-from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.kernels.record import ResultRecord, case_id
 
 
 def _record(case: str = "c1", status: str = "pass") -> ResultRecord:
@@ -96,6 +96,31 @@ def test_result_writes_are_idempotent(session: Session) -> None:
     assert row.samples == [1.9e-3, 2e-3, 2.1e-3]
     assert row.record["params"]["rows"] == 4
     assert session.get(Case, "c1").label == "dtype=float16, rows=4"
+
+
+def test_a_record_filed_under_another_cases_id_does_not_name_that_case(
+    session: Session,
+) -> None:
+    """Code under test writes its own records: one filed under a victim's case id with
+    parameters of its own made the shared row (its label: what threshold patterns and the
+    PR comment read). The victim's first true record, which hashes to the id, sets it right."""
+    true = {"seqlen": 8192, "dtype": "bfloat16"}
+    victim = case_id("attention", "flash_attn", true)
+    forged = {**_record_dict(victim), "kernel": "attention", "backend": "flash_attn",
+              "params": {"seqlen": 1}}  # fmt: skip
+    hostile = _new_run(session, "a" * 40)
+    store_record(session, hostile, ResultRecord.from_dict(forged))
+    assert session.get(Case, victim).label == "seqlen=1"  # the first record made the row
+    real = {**forged, "params": true}
+    store_record(session, _new_run(session, "b" * 40), ResultRecord.from_dict(real))
+    session.commit()
+    row = session.get(Case, victim)
+    assert (row.kernel, row.backend, row.params) == ("attention", "flash_attn", true)
+    assert row.label == "dtype=bfloat16, seqlen=8192"
+    # a later forgery does not undo it
+    store_record(session, _new_run(session, "c" * 40), ResultRecord.from_dict(forged))
+    session.commit()
+    assert session.get(Case, victim).label == "dtype=bfloat16, seqlen=8192"
 
 
 def test_latest_run_for_matches_suites_and_device_class(session: Session) -> None:

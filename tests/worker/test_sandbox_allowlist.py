@@ -326,3 +326,45 @@ def test_bubblewrap_is_started_by_the_path_the_worker_found(
     argv, env = box.wrap(["true"], cwd=Path("/"), env=clean_env(), scratch=scratch)
     assert argv[0] == str(fake)
     assert str(tools) not in env["PATH"].split(":")  # the box's PATH stays its own
+
+
+def test_a_link_a_build_leaves_where_the_cache_writes_its_marker_is_not_followed(
+    tmp_path: Path, secret: Path
+) -> None:
+    """A build writes its entry as the sandbox user, and the cache then wrote its marker
+    (``.kw-env.json`` by way of ``.kw-env.json.tmp``) and ``.kw-last-used`` there, as the
+    worker: links the build left under those names had a root worker overwrite the files
+    they named (the service's environment file, the database) with the marker's JSON."""
+    victims = {name: secret / name for name in ("env", "db")}
+    victims["db"].write_text("SQLite format 3\n")
+    before = {name: path.read_text() for name, path in victims.items()}
+    src = tmp_path / "lib"
+    src.mkdir()
+    plant = (
+        f"import os; os.symlink({str(victims['env'])!r}, '../.kw-env.json.tmp'); "
+        f"os.symlink({str(victims['db'])!r}, '../.kw-last-used')"
+    )
+    recipe = BuildRecipe(recipe="command", commands=(("{python}", "-c", plant),))
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN, sandbox=_box())
+    spec = CommitSpec("https://example.invalid/lib", "f" * 40)
+    env = cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
+    assert {name: path.read_text() for name, path in victims.items()} == before
+    for name in (".kw-env.json", ".kw-last-used"):
+        assert stat.S_ISREG((env.path / name).lstat().st_mode), name
+    again = cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
+    assert again.cached and again.key == env.key  # the cache's own files: not its listing
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_a_build_leaves_where_the_cache_writes_does_not_block_it(tmp_path: Path) -> None:
+    """A FIFO the build left as ``.kw-last-used`` blocked the worker's write of the entry's
+    last use forever: the build was done, the run never went on."""
+    src = tmp_path / "lib"
+    src.mkdir()
+    plant = "import os; os.mkfifo('../.kw-last-used'); os.mkfifo('../.kw-env.json')"
+    recipe = BuildRecipe(recipe="command", commands=(("{python}", "-c", plant),))
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN, sandbox=_box())
+    spec = CommitSpec("https://example.invalid/lib", "f" * 40)
+    env = cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
+    assert stat.S_ISREG((env.path / ".kw-last-used").lstat().st_mode)
+    assert [e["key"] for e in cache.entries()] == [env.key]
