@@ -19,18 +19,15 @@ from kernelwatch.jobs.api.auth import require_metrics, require_read
 from kernelwatch.jobs.api.context import ApiContext, context
 from kernelwatch.jobs.api.schemas import (
     VERDICT_EXAMPLE,
-    ClassVerdictOut,
     ErrorResponse,
     Health,
-    MovedCaseOut,
     RunBrief,
     RunDetail,
     RunList,
     VerdictOut,
 )
-from kernelwatch.jobs.cli.exit_codes import for_answer
-from kernelwatch.jobs.github.render import render_comment
-from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, gate_answer, gate_table
+from kernelwatch.jobs.github.render import answer_view
+from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, gate_answer
 from kernelwatch.jobs.judging.report import run_summary
 from kernelwatch.jobs.judging.verdicts import repository_ids
 
@@ -152,35 +149,7 @@ def get_verdict(
             answer = gate_answer(session, repo, sha)
         except AmbiguousSha as exc:
             raise HTTPException(409, str(exc)) from None
-    verdict = answer.verdict
-    base = ctx.settings.dashboard_url.rstrip("/")
-    classes = [
-        ClassVerdictOut(
-            device_class=c.device_class,
-            state=c.state,
-            description=c.description,
-            run_id=c.run_id,
-            baseline_sha=c.baseline_sha,
-            baseline_run_id=c.baseline_run_id,
-            target_url=base + c.dashboard_path,
-            counts=c.counts,
-            moved=[MovedCaseOut(**m.__dict__) for m in c.moved],
-            runs=list(c.runs),
-            in_flight=list(c.in_flight),
-        )
-        for c in verdict.classes
-    ]
-    return VerdictOut(
-        repository=verdict.repository,
-        sha=verdict.sha,
-        verdict=answer.overall,
-        exit_code=int(for_answer(answer.overall)),
-        in_flight=list(answer.in_flight),
-        dashboard_url=classes[0].target_url if classes else base,
-        classes=classes,
-        table=gate_table(answer, ctx.settings.dashboard_url),
-        markdown=render_comment(verdict, dashboard_url=ctx.settings.dashboard_url),
-    )
+    return VerdictOut.model_validate(answer_view(answer, ctx.settings.dashboard_url))
 
 
 def _version() -> str:

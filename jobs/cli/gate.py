@@ -26,13 +26,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, TextIO
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.jobs.cli import gate_remote
 from kernelwatch.jobs.cli.exit_codes import MEANING, Exit, fail, for_answer
+from kernelwatch.jobs.github.render import answer_view
 from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, GateAnswer, gate_answer, gate_table
 from kernelwatch.jobs.judging.verdicts import CommitVerdict
 
@@ -154,21 +154,9 @@ def gate(
     if code == Exit.NEUTRAL and neutral != "neutral":
         code = Exit(gate_remote.NEUTRAL_AS[neutral])
         why = f"{MEANING[Exit.NEUTRAL]} (--neutral {neutral})"
-    if as_json:
-        out(
-            json.dumps(
-                {
-                    "repository": verdict.repository,
-                    "sha": verdict.sha,
-                    "verdict": overall,
-                    "exit_code": int(code),
-                    "timed_out": timed_out,
-                    "in_flight": list(found.in_flight),
-                    "classes": [asdict(c) for c in verdict.classes],
-                },
-                default=str,
-            )
-        )
+    if as_json:  # the API's shape (``render.answer_view``), with this gate's code
+        view = answer_view(found, dashboard_url)
+        out(json.dumps({**view, "timed_out": timed_out, "exit_code": int(code)}, default=str))
     else:
         out(gate_table(found, dashboard_url))
         if timed_out:

@@ -6,6 +6,11 @@ tests pin them with golden files. Nothing here touches the database or GitHub.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Any
+
+from kernelwatch.jobs.cli.exit_codes import for_answer
+from kernelwatch.jobs.judging.gate_answer import GateAnswer, gate_table
 from kernelwatch.jobs.judging.report import error_lines, no_telemetry_text
 from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
 from kernelwatch.kernels.units import interval_text, ratio_text, seconds_text
@@ -197,6 +202,41 @@ def render_comment(
         f"{level} confidence. Measured: {how}. This comment is updated in place.</sub>",
     ]
     return "\n".join(out) + "\n"
+
+
+def answer_view(answer: GateAnswer, dashboard_url: str = "") -> dict[str, Any]:
+    """A commit's gate answer as JSON, in the one shape: ``GET /api/v1/verdicts`` answers
+    it (``VerdictOut``) and ``gate --json`` prints it, whether it asked the API or the
+    database (they printed different keys: an audit, 2026-12-05)."""
+    verdict = answer.verdict
+    base = dashboard_url.rstrip("/")
+    classes = [
+        {
+            "device_class": c.device_class,
+            "state": c.state,
+            "description": c.description,
+            "run_id": c.run_id,
+            "baseline_sha": c.baseline_sha,
+            "baseline_run_id": c.baseline_run_id,
+            "target_url": base + c.dashboard_path,
+            "counts": dict(c.counts),
+            "moved": [asdict(m) for m in c.moved],
+            "runs": list(c.runs),
+            "in_flight": list(c.in_flight),
+        }
+        for c in verdict.classes
+    ]
+    return {
+        "repository": verdict.repository,
+        "sha": verdict.sha,
+        "verdict": answer.overall,
+        "exit_code": int(for_answer(answer.overall)),
+        "in_flight": list(answer.in_flight),
+        "dashboard_url": classes[0]["target_url"] if classes else base,
+        "classes": classes,
+        "table": gate_table(answer, dashboard_url),
+        "markdown": render_comment(verdict, dashboard_url=dashboard_url),
+    }
 
 
 def _moved_table(c: ClassVerdict) -> list[str]:

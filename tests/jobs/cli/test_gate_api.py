@@ -254,3 +254,24 @@ def test_without_wait_no_progress_line_says_it_waits(
         progress = io.StringIO()
         code, _ = ask(api, sha=sha, progress=progress)
         assert code in (Exit.ERROR, Exit.FAIL) and progress.getvalue() == ""
+
+
+def test_gate_json_is_one_shape_from_the_database_and_from_the_api(
+    factory: sessionmaker[Session], api: str
+) -> None:
+    """A script that reads ``gate --json`` must not care where the gate asked: the two
+    printed different keys (the database's whole internal record per class; an audit)."""
+    seed(factory)  # a regression: fail
+    local: list[str] = []
+    code = gate(factory, "acme/kernels", HEAD[:10], as_json=True, out=local.append,
+                dashboard_url="https://kw.example.com")  # fmt: skip
+    remote: list[str] = []
+    remote_code = gate_remote.gate(api, "acme/kernels", HEAD[:10], TOKEN, as_json=True,
+                                   out=remote.append, err=io.StringIO())  # fmt: skip
+    mine, theirs = json.loads(local[0]), json.loads(remote[0])
+    assert code == remote_code == Exit.FAIL
+    assert mine == theirs
+    assert mine["verdict"] == "fail" and mine["timed_out"] is False and mine["exit_code"] == 1
+    [cls] = mine["classes"]
+    assert cls["target_url"].startswith("https://kw.example.com/?page=")
+    assert cls["moved"][0]["verdict"] == "regression"
