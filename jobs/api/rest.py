@@ -26,6 +26,7 @@ from kernelwatch.jobs.api.schemas import (
     RunList,
     VerdictOut,
 )
+from kernelwatch.jobs.cli.gate_remote import SHA_PATTERN
 from kernelwatch.jobs.github.render import answer_view
 from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, gate_answer
 from kernelwatch.jobs.judging.report import run_summary
@@ -40,7 +41,6 @@ reads = APIRouter(
 )
 
 Ctx = Annotated[ApiContext, Depends(context)]
-SHA_PATTERN = r"^[0-9a-f]{7,40}$"
 # db.models.RUN_STATES, spelt out for the OpenAPI enum
 RunState = Literal["queued", "running", "succeeded", "failed", "error", "cancelled"]
 

@@ -80,7 +80,7 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.timeout <= 0 or args.poll <= 0:
         return fail(NAME, "--timeout and --poll must be positive seconds")
-    if not all(c in "0123456789abcdef" for c in args.sha.lower()) or not 7 <= len(args.sha) <= 40:
+    if not gate_remote.is_sha(args.sha):
         return fail(NAME, "--sha must be 7 to 40 hex digits")
     try:
         return gate(

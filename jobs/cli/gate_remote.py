@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -40,6 +41,16 @@ EXIT_HELP = (
 DEFAULT_TOKEN_ENV = "KW_API_TOKEN"
 # answers worth waiting for: not final yet, or not planned yet
 WAITING = ("pending", "none")
+# A commit as the gate, the API and an import take it: a full sha or a prefix of 7+ hex
+# digits (lower case; callers lower what a person typed).
+SHA_PATTERN = r"^[0-9a-f]{7,40}$"
+
+
+def is_sha(text: str) -> bool:
+    """``text`` (any case) is a full sha or a prefix of 7+ hex digits."""
+    return re.fullmatch(SHA_PATTERN, text.lower()) is not None
+
+
 # HTTP statuses that end the gate at once: the request itself is wrong
 REFUSED = (400, 401, 403, 409, 422)  # 409: a sha prefix of several commits
 USER_AGENT = "kernelwatch-gate"
@@ -297,7 +308,7 @@ def run(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     if args.timeout <= 0 or args.poll <= 0:
         problems.append("--timeout and --poll must be positive seconds")
     sha = args.sha.lower()
-    if not all(c in "0123456789abcdef" for c in sha) or not 7 <= len(sha) <= 40:
+    if not is_sha(sha):
         problems.append("--sha must be 7 to 40 hex digits")
     try:
         token = token_from(args.token_env or DEFAULT_TOKEN_ENV, bool(args.token_env))

@@ -22,6 +22,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Commit, Repository, Run
 from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.store import get_or_create_repository, store_record, upsert_commit
+from kernelwatch.jobs.cli.gate_remote import is_sha
 from kernelwatch.jobs.errors import ConfigError
 from kernelwatch.jobs.judging.analysis import analyze_ready
 from kernelwatch.kernels.record import ResultRecord
@@ -84,7 +85,7 @@ def stored_sha(session: Session, repo: Repository, commit: str) -> str:
     names, else ``commit`` as given (a full sha, a new commit, a label); a prefix of several
     is refused. A prefix stored as a commit of its own beside its full sha made ``gate
     --sha PREFIX`` ambiguous."""
-    if not (7 <= len(commit) < 40 and all(c in "0123456789abcdef" for c in commit.lower())):
+    if len(commit) >= 40 or not is_sha(commit):
         return commit
     found = session.scalars(
         select(Commit.sha)
