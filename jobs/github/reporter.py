@@ -54,8 +54,8 @@ CHECK_STATES: dict[str, tuple[str, str | None]] = {
     "neutral": ("completed", "neutral"),
     "error": ("completed", "failure"),
 }
-# A commit status has no neutral state: a neutral class is sent as success, its
-# description ("neutral: 2 inconclusive, ...") says which cases stayed open.
+# A commit status has no neutral state: a neutral class is sent as success, and its
+# status text begins with the state it stands for ("neutral: 2 inconclusive, ...").
 STATUS_STATES = {"neutral": "success"}
 
 
@@ -75,6 +75,8 @@ def status_text(cv: ClassVerdict) -> str:
     ``pass`` or ``fail`` the open cases are named all the same.
     """
     description = cv.description
+    if cv.state in STATUS_STATES:  # the only place a state is not said beside the text
+        description = f"{cv.state}: {description}"
     if cv.telemetry_off:  # the comment says why; the status that it is so
         description += f" (GPU telemetry off: {cv.telemetry_off} cases)"
     open_cases = [m for m in cv.moved if m.verdict == CaseVerdict.INCONCLUSIVE]

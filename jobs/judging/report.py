@@ -272,9 +272,7 @@ def format_run(summary: dict[str, Any]) -> str:
             part = f" (from {runs}; this run is not part of it)"
         else:  # several runs: the description names them
             part = "" if len(a["runs"]) > 1 else " (from this run)"
-        said = str(a["description"])
-        if not said.startswith(f"{a['state']}:"):  # a neutral description names itself
-            said = f"{a['state']}: {said}"
+        said = f"{a['state']}: {a['description']}"
         lines.append(f"  the commit's answer on {summary['device_class']}: {said}{part}")
     if summary["error"]:
         lines.append("  error:")

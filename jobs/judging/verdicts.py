@@ -293,9 +293,7 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
     }  # fmt: skip
     state = STATE_OF[verdict]
     description = summarize(shown)
-    if verdict == RunVerdict.NEUTRAL:
-        description = f"neutral: {description}"
-    elif verdict == RunVerdict.PASS:
+    if verdict == RunVerdict.PASS:
         # runs that had a baseline commit to compare with and found no measurement of it
         unpaired_with_base = [
             r for r in used if r.baseline_sha and not r.options.paired and r.baseline_run_id is None

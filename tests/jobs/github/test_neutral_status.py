@@ -32,7 +32,7 @@ def _moved(kernel: str, verdict: str, lo: float | None, hi: float | None) -> Mov
 NEUTRAL = ClassVerdict(
     device_class="h200",
     state="neutral",
-    description="neutral: 2 inconclusive, 8 unchanged",
+    description="2 inconclusive, 8 unchanged",
     run_id=1,
     run_status="succeeded",
     run_verdict="neutral",

@@ -219,7 +219,7 @@ def test_an_inconclusive_case_is_never_green_by_accident(
     comment = render_comment(verdict, dashboard_url="http://x")
     assert ("⚪ inconclusive" in comment) and "| `k0`" in comment  # the open case is listed
     if policy == "neutral":
-        assert "neutral: 1 inconclusive" in comment
+        assert "⚪ neutral | 1 inconclusive" in comment  # the state is said once
 
 
 def test_the_service_defaults_are_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Case, Commit, Repository, Result, Run
 from kernelwatch.jobs.github.render import format_gate, render_comment
+from kernelwatch.jobs.github.reporter import status_text
 from kernelwatch.jobs.judging.report import format_run, run_summary
 from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
 from kernelwatch.kernels.record import Price, price_of
@@ -99,5 +100,8 @@ def test_an_unmeasured_case_makes_the_class_neutral_and_the_price_is_shown(
     shown = format_run(run_summary(session, priced_run))
     assert f"paired: {text}" in shown
     # the state is said once ("neutral: 1 inconclusive", not "neutral: neutral: ...")
-    assert f"the commit's answer on h200: {cls.description} (from this run)" in shown
+    assert f"the commit's answer on h200: neutral: {cls.description} (from this run)" in shown
     assert "neutral: neutral" not in shown
+    assert not cls.description.startswith("neutral")  # the state is beside it everywhere
+    assert "neutral | neutral" not in render_comment(verdict, dashboard_url="https://x")
+    assert status_text(cls).startswith("neutral: ")  # ... but in a commit status
