@@ -136,6 +136,9 @@ def _headline(verdict: CommitVerdict) -> str:
         return "⏳ measuring"
     if overall == RunVerdict.NEUTRAL:
         n = totals.get(CaseVerdict.INCONCLUSIVE, 0)
+        if not n:  # neutral with nothing open: a class that measured nothing says why
+            said = [c.description for c in verdict.classes if c.state == "neutral"]
+            return f"⚪ neutral: {'; '.join(said)}"
         return f"⚪ neutral: {n} inconclusive after re-measures, no regressions found"
     if overall == RunVerdict.PASS:
         return "✅ no regressions"

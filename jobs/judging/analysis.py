@@ -107,6 +107,8 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
     run.verdict = class_verdict_of(
         run.device_class, [j.verdict for j in judged], policy, cpu_timings_gate=gates
     )
+    if not judged:  # nothing at all to judge: the composed answer says neutral, so does the run
+        run.verdict = RunVerdict.NEUTRAL
     # what the composed answer of the commit reads, wherever it is read (``verdicts.py``)
     run.options = run.options.with_(
         judged_with={"inconclusive_policy": str(policy.value), "cpu_timings_gate": gates}

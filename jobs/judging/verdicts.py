@@ -173,7 +173,14 @@ def _unmeasured(run: Run, in_flight: Sequence[Run]) -> ClassVerdict:
         return _make(run, "error", f"{what}: {_first_line(run.error)}", in_flight=in_flight)
     if run.verdict == RunVerdict.ERROR:
         return _make(run, "error", "no cases measured", in_flight=in_flight)
-    return _make(run, "success", "no cases measured", in_flight=in_flight)
+    skipped = sum(1 for r in run.results if r.status == SKIP_STATUS)
+    if skipped:  # the library has cases and none applies on this class (FA3 on an A100)
+        what = f"no cases measured: {skipped} skipped, none applies on {run.device_class}"
+        return _make(run, "success", what, in_flight=in_flight)
+    # the suites selected nothing at all (a --case or [suites] filter that matches no
+    # case, a change that made a suite list nothing): that answer is never green
+    what = "no cases measured: the suites selected none"
+    return _make(run, "neutral", what, verdict=RunVerdict.NEUTRAL, in_flight=in_flight)
 
 
 def _make(

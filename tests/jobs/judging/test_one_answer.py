@@ -27,7 +27,7 @@ from kernelwatch.db.models import (
     Run,
 )
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
-from kernelwatch.jobs.github.render import format_gate
+from kernelwatch.jobs.github.render import format_gate, render_comment
 from kernelwatch.jobs.judging.analysis import analyze
 from kernelwatch.jobs.judging.report import format_briefs, run_brief
 from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
@@ -317,3 +317,30 @@ def test_the_composed_answer_follows_the_judging_workers_settings_not_the_reader
     assert _gate(session, 3).overall == "fail"
     (cls,) = _gate(session, 3).classes
     assert cls.run_verdict == "fail"
+
+
+def test_a_run_that_measured_nothing_is_never_green_unless_nothing_applied(
+    session: Session,
+) -> None:
+    """A gate run whose suites selected no case (a ``--case`` that matches nothing, a change
+    that made a suite list nothing) read ``success: no cases measured``: a green check for
+    a commit nothing had looked at. Only a run whose cases all skipped (none applies on
+    the class, FA3 on an A100) is a quiet success."""
+    _run(session, 1)
+    empty = _run(session, 2, (), baseline=1, trigger="push")
+    assert empty.verdict == "neutral"
+    verdict = _gate(session, 2)
+    (cls,) = verdict.classes
+    assert (verdict.overall, cls.state) == ("neutral", "neutral")
+    assert cls.description == "no cases measured: the suites selected none"
+    comment = render_comment(verdict, dashboard_url="http://x")
+    assert "### kernelwatch: ⚪ neutral: no cases measured: the suites selected none" in comment
+
+    skipped = _run(session, 3, (), baseline=2, trigger="push", device_class="a100")
+    session.add(Result(run_id=skipped.id, case_id=CASES["rmsnorm"], status="skip",
+                       error="needs sm90", record={}))  # fmt: skip
+    session.flush()
+    session.expire(skipped)
+    (cls,) = _gate(session, 3).classes
+    assert cls.state == "success"
+    assert cls.description == "no cases measured: 1 skipped, none applies on a100"
