@@ -9,6 +9,7 @@ the one the API, the planner and the worker use too.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import platform
 import sys
@@ -91,10 +92,21 @@ def describe_environment() -> dict[str, Any]:
         # what torch will use: the pinned count on a CPU run (``pin_cpu_threads``)
         "threads": torch.get_num_threads(),
     }
-    triton = sys.modules.get("triton")
+    triton = triton_version()
     if triton is not None:
-        env["triton"] = getattr(triton, "__version__", "unknown")
+        env["triton"] = triton
     return env
+
+
+def triton_version() -> str | None:
+    """Triton's version as installed, whether or not a kernel imported it yet: the runner
+    describes its environment before the first case imports the library's kernels (the
+    records of Triton kernels said no ``triton``: an audit, 2026-12-05)."""
+    for dist in ("triton", "pytorch-triton", "triton-nightly"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(dist)
+    loaded = sys.modules.get("triton")  # a source checkout on the path, no distribution
+    return None if loaded is None else str(getattr(loaded, "__version__", "unknown"))
 
 
 __all__ = [
@@ -103,4 +115,5 @@ __all__ = [
     "describe_environment",
     "device_class",
     "pin_cpu_threads",
+    "triton_version",
 ]

@@ -150,7 +150,13 @@ def _hello() -> dict[str, Any]:
         torch.cuda.init()
         torch.empty(1, device="cuda")
         torch.cuda.synchronize()
-    return {"pid": os.getpid(), "cuda_s": time.perf_counter() - began, "at": time.time()}
+    cuda_s = time.perf_counter() - began
+    from kernelwatch.kernels.device import describe_environment
+
+    # the side's own interpreter, torch and Triton: the record's ``environment`` is the
+    # candidate side's (a role may run another interpreter than the coordinator)
+    env = describe_environment()
+    return {"pid": os.getpid(), "cuda_s": cuda_s, "at": time.time(), "environment": env}
 
 
 def _side_device() -> dict[str, Any]:
@@ -306,6 +312,7 @@ class Side:
             bufsize=1,
         )
         self.started: dict[str, float] | None = None  # ``ready``'s answer, once read
+        self.environment: dict[str, Any] = {}  # the side's python, torch, triton (``ready``)
         # comparisons in which the screen found this process off: one that is off again
         # in a later comparison relapsed after its set-up again in place (``_Screen``)
         self.found_off = 0
@@ -330,6 +337,8 @@ class Side:
                 "start_s": float(reply.get("at", time.time())) - self.spawned,
                 "cuda_s": float(reply.get("cuda_s", 0.0)),
             }
+            if isinstance(reply.get("environment"), dict):
+                self.environment = reply["environment"]
         return self.started
 
     def ask(self, msg: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:

@@ -95,6 +95,7 @@ from kernelwatch.kernels.record import (
     ResultRecord,
     Timing,
     case_id,
+    library_fields,
 )
 from kernelwatch.kernels.runner import (
     CASE_FILE_HELP,
@@ -490,7 +491,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     prewarm: list[dict[str, Any]] | None = None  # the later cases' set-ups, once due
     done: set[str] = set()
     try:
-        library, baseline_library = json.loads(args.library), json.loads(args.baseline_library)
+        library = library_fields(json.loads(args.library))
+        baseline_library = library_fields(json.loads(args.baseline_library))
         for suite, spec, cid in (
             chosen
             for chosen in selected_cases(
@@ -529,8 +531,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 ]  # fmt: skip
             record["library"] = library
             record["paired"]["baseline_library"] = baseline_library
+            # the candidate's interpreter, torch and Triton (design.md's record contract);
+            # the baseline's beside it, where a release comparison runs another torch
+            record["environment"] = {**sides.environment("B"), **record.get("environment", {})}
+            record["paired"]["baseline_environment"] = sides.environment("A")
             if threads is not None:
-                record.setdefault("environment", {})["threads"] = threads
+                record["environment"]["threads"] = threads
             # NaN stays NaN here, as in the runner's records: the store writes it as null
             out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
             out.flush()
@@ -676,6 +682,10 @@ class _Sides:
 
     def _add(self, key: str, value: float) -> None:
         self._costs[key] = self._costs.get(key, 0.0) + value
+
+    def environment(self, role: str) -> dict[str, Any]:
+        """What a side of ``role`` runs on (``describe_environment``, said in its hello)."""
+        return next((dict(s.environment) for s in self.sides[role] if s.environment), {})
 
     def take_costs(self) -> dict[str, float]:
         costs, self._costs = self._costs, {}

@@ -190,6 +190,8 @@ class PairedSection:
         pairs: process pairs per role. baseline_blocks: the baseline's block medians.
     clocks: SM clocks seen (MHz). note: why no comparison was made, when none was.
     baseline_library: {name, version, commit} of the baseline side.
+    baseline_environment: the baseline side's {python, torch, triton, ...} (the record's
+        ``environment`` is the candidate side's).
     """
 
     verdict: str | None = None
@@ -211,6 +213,7 @@ class PairedSection:
     clocks: list[int] = field(default_factory=list)
     note: str = ""
     baseline_library: dict[str, Any] = field(default_factory=dict)
+    baseline_environment: dict[str, Any] = field(default_factory=dict)
     # Accuracy, telemetry and the two stages (issue 13). seed: of both sides' inputs
     # in stage 1. reliable: no block ran throttled (else at worst inconclusive).
     # timing_verdict / accuracy_verdict: stage 1's two findings behind ``verdict``
@@ -244,6 +247,16 @@ class PairedSection:
     def from_dict(cls, data: Mapping[str, Any]) -> PairedSection:
         """Parse a stored or written section; NaN stored as null reads back as None."""
         return _parse(cls, data, "paired")
+
+
+LIBRARY_FIELDS = ("name", "version", "commit")
+
+
+def library_fields(library: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's ``library`` with every field design.md names, None where unknown (a
+    commit build has no release version, a release no commit): what each writer of a
+    record (the runner, the paired coordinator, the worker's crash record) sets."""
+    return {**dict.fromkeys(LIBRARY_FIELDS), **library}
 
 
 # A record's free text, at most (characters): an exception's message is the kernel's to

@@ -31,7 +31,13 @@ from kernelwatch.kernels.correctness import check, compute_dtype, poison_
 from kernelwatch.kernels.device import describe_device, describe_environment, pin_cpu_threads
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
 from kernelwatch.kernels.plugins import resolve_impl
-from kernelwatch.kernels.record import Correctness, ResultRecord, Throughput, case_id
+from kernelwatch.kernels.record import (
+    Correctness,
+    ResultRecord,
+    Throughput,
+    case_id,
+    library_fields,
+)
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names
 from kernelwatch.kernels.timing import TimerConfig, measure
 
@@ -153,7 +159,7 @@ def bench(args: argparse.Namespace) -> list[ResultRecord]:
         target_rel_ci=args.target,
         min_samples=20 if device.type == "cuda" else 10,
     )
-    library = json.loads(args.library)
+    library = library_fields(json.loads(args.library))
     impl = resolve_impl(args.impl)
     backend = args.backend or args.impl
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115

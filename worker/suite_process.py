@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kernelwatch.kernels.record import RecordError, ResultRecord
+from kernelwatch.kernels.record import RecordError, ResultRecord, library_fields
 from kernelwatch.kernels.runner import CASE_MARKER
 from kernelwatch.worker.process import (
     POLL_S,
@@ -444,7 +444,7 @@ def _error_record(
     backend = req.backend or req.impl or ""
     params_ = parsed if isinstance(parsed, dict) else {}
     record = ResultRecord.for_case(suite, cid, kernel, backend, params_)
-    record.library = dict(req.library)
+    record.library = library_fields(req.library)
     record.error = why
     record.log_tail = _tail(log, 4000)
     return record

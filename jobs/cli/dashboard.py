@@ -22,6 +22,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def handle(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.cli.common import settings
+
+    # the settings fail fast here, as every other command's do (design.md): a bad
+    # KW_DATABASE_URL served a dashboard whose every page then failed
+    settings()
     # the launcher imports the app's modules before serving: the first page is not blank
     argv = [
         sys.executable,

@@ -66,6 +66,10 @@ def test_bench_prefill_smoke_with_sdpa_math_passes(tmp_path: Path) -> None:
         c = r["correctness"]
         assert c["passed"] and 0 < c["errors"]["rel_l2"] < c["bound"] < 5e-3
         assert r["throughput"]["tflops"] > 0 and r["timing"]["timer"] == "host_cpu"
+        # design.md's record: every library field (unknown: null), Triton as installed
+        # though no case of these imported it (an audit, 2026-12-05)
+        assert r["library"] == {"name": None, "version": None, "commit": None}
+        assert r["environment"]["triton"] and r["environment"]["torch"]
     # the chunked-prefill case (16 queries over 80 keys) ran with a bottom-right mask
     assert any(r["params"].get("seq_q") == 16 and r["params"]["causal"] for r in recs)
 

@@ -1,7 +1,9 @@
+import importlib.metadata
 import json
 
 import pytest
 
+from kernelwatch.kernels.device import describe_environment
 from kernelwatch.kernels.record import (
     PairedSection,
     RecordError,
@@ -9,6 +11,7 @@ from kernelwatch.kernels.record import (
     Timing,
     canonical_params,
     case_id,
+    library_fields,
     paired_section,
 )
 
@@ -125,3 +128,16 @@ def test_the_paired_section_round_trips_and_reads_stored_nulls() -> None:
     assert section is not None and section.ratio is None and section.groups is None
     assert section.group_ratios == [1.0, None]
     assert paired_section({"status": "pass"}) is None  # measured unpaired
+
+
+def test_a_record_names_every_library_field_and_triton_as_installed() -> None:
+    """design.md: library {name, version, commit}; environment {python, torch, triton}. A
+    commit build wrote no version, a release no commit, and Triton was named only once a
+    kernel had imported it, after the runner described its environment."""
+    assert library_fields({"name": "lib", "commit": "a" * 40}) == {
+        "name": "lib",
+        "version": None,
+        "commit": "a" * 40,
+    }
+    installed = importlib.metadata.version("triton")
+    assert describe_environment()["triton"] == installed

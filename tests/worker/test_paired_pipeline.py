@@ -78,6 +78,14 @@ def test_a_slow_commit_is_a_paired_regression_with_its_interval(
     assert slow.ratio is not None and slow.ratio > 2  # the demo's rmsnorm is ~6x slower
     assert slow.ratio_ci_low is not None and slow.ratio_ci_low > 1
     assert slow.record["paired"]["baseline_library"]["commit"] == demo["baseline"]
+    # design.md's record: library {name, version, commit}, environment {python, torch, ...}
+    # (a paired record had only {"threads": 1}: an audit, 2026-12-05)
+    assert slow.record["library"]["commit"] == demo["slow"]
+    assert "version" in slow.record["library"]
+    assert "version" in slow.record["paired"]["baseline_library"]
+    env_of = slow.record["environment"]
+    assert env_of["python"] and env_of["torch"] and env_of["threads"] >= 1
+    assert slow.record["paired"]["baseline_environment"]["torch"] == env_of["torch"]
     assert slow.record["paired"]["pairs"] == 2
     assert same.verdict in ("unchanged", "inconclusive"), same.record["paired"]
     assert run.verdict == "fail"

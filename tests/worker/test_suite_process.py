@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.kernels.record import ResultRecord
+from kernelwatch.kernels.record import ResultRecord, library_fields
 from kernelwatch.worker import suite_process
 from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
@@ -70,7 +70,7 @@ def test_records_of_another_schema_or_no_shape_become_error_results(tmp_path: Pa
     assert future.status == "error" and future.schema == 1
     assert "unsupported result schema 2" in future.error
     assert '"novel"' in future.log_tail  # the line itself, to read what was sent
-    assert future.kernel == "softmax" and future.library == {"name": "lib"}
+    assert future.kernel == "softmax" and future.library == library_fields({"name": "lib"})
 
     (garbage,) = [r for cid, r in by_id.items() if cid.startswith("invalid-")]
     assert garbage.status == "error" and garbage.kernel == "invalid-record"

@@ -53,6 +53,13 @@ def test_a_bad_database_url_is_one_line_that_says_what_to_write(url: str, says: 
     assert "Traceback" not in out.stderr
 
 
+def test_the_dashboard_refuses_bad_settings_at_start_like_every_command() -> None:
+    """It served pages that each failed on a bad KW_DATABASE_URL (an audit, 2026-12-05)."""
+    out = run_cli("dashboard", "--port", "1", env={"KW_DATABASE_URL": "notaurl"}, timeout=60)
+    assert out.returncode == 2
+    assert one_line(out.stderr).startswith("kernelwatch dashboard: KW_DATABASE_URL: not a URL")
+
+
 def test_an_unknown_suite_is_one_line_with_a_did_you_mean(tmp_path: Path) -> None:
     out = run_cli("bench", "--suite", "basicc", "--out", str(tmp_path / "r.jsonl"), timeout=120)
     assert out.returncode == 2

@@ -252,7 +252,7 @@ def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -
         assert second.baseline_run_id == runs[0]["id"]
     res = env.results(runs[1]["id"])
     assert res["softmax"].status == "fail" and res["softmax"].verdict == "broken"
-    assert res["softmax"].record["library"] == {"name": "kwlib", "version": "0.2"}
+    assert res["softmax"].record["library"] == {"name": "kwlib", "version": "0.2", "commit": None}
     assert res["matmul"].status == "pass"
     # each version's runs keep their JIT builds beside its environment (venvs.jit_home)
     venvs = env.settings.data_dir / "venvs"
