@@ -1,4 +1,5 @@
-"""Read-only REST API: health, metrics, runs with their cases, verdicts of a commit.
+"""Read-only REST API: health, metrics, runs with their cases, each case's stored result
+record, verdicts of a commit.
 
 Every ``/api/v1`` route needs the read token where ``jobs/api/auth.py`` says so;
 ``/healthz`` never does, ``/metrics`` only with ``KW_METRICS_AUTH``.
@@ -13,7 +14,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import func, select, text
 
-from kernelwatch.db.models import Commit, Run
+from kernelwatch.db.models import Case, Commit, Result, Run
 from kernelwatch.db.types import INT_MAX
 from kernelwatch.jobs.api.auth import require_metrics, require_read
 from kernelwatch.jobs.api.context import ApiContext, context
@@ -21,6 +22,8 @@ from kernelwatch.jobs.api.schemas import (
     VERDICT_EXAMPLE,
     ErrorResponse,
     Health,
+    ResultList,
+    ResultOut,
     RunBrief,
     RunDetail,
     RunList,
@@ -29,7 +32,7 @@ from kernelwatch.jobs.api.schemas import (
 from kernelwatch.jobs.cli.gate_remote import SHA_PATTERN
 from kernelwatch.jobs.github.render import answer_view
 from kernelwatch.jobs.judging.gate_answer import AmbiguousSha, gate_answer
-from kernelwatch.jobs.judging.report import run_summary
+from kernelwatch.jobs.judging.report import ratio_ci, run_summary
 from kernelwatch.jobs.judging.verdicts import repository_ids
 
 router = APIRouter()
@@ -120,6 +123,51 @@ def get_run(ctx: Ctx, run_id: int) -> RunDetail:
     for case in summary["cases"]:
         case["error"] = case["error"] or ""
     return RunDetail.model_validate(summary)
+
+
+@reads.get(
+    "/runs/{run_id}/results",
+    response_model=ResultList,
+    responses={404: {"model": ErrorResponse}},
+    summary="A run's stored results, each with its whole record",
+)
+def list_results(
+    ctx: Ctx,
+    run_id: int,
+    kernel: Annotated[str | None, Query(max_length=255)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=INT_MAX)] = 0,
+) -> ResultList:
+    """What ``show`` summarizes, in full: each case's record with its samples, its
+    correctness errors, the device and environment it ran on and, in paired mode, both
+    sides' comparison (a kernel's error text and log tail among them: the read token
+    guards this as every ``/api/v1`` route)."""
+    if not 0 < run_id <= INT_MAX:
+        raise HTTPException(404, f"no run {run_id}")
+    with ctx.factory() as session:
+        if session.get(Run, run_id) is None:
+            raise HTTPException(404, f"no run {run_id}")
+        q = select(Result, Case).join(Case, Result.case_id == Case.id)
+        q = q.where(Result.run_id == run_id)
+        if kernel is not None:
+            q = q.where(Case.kernel == kernel)
+        total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+        rows = session.execute(q.order_by(Result.id).limit(limit).offset(offset)).all()
+        results = [
+            ResultOut(
+                case_id=result.case_id,
+                kernel=case.kernel,
+                status=result.status,
+                verdict=result.verdict,
+                ratio=result.ratio,
+                ratio_ci=ratio_ci(result),
+                median_s=result.median_s,
+                baseline_result=result.baseline_result_id,
+                record=dict(result.record or {}),
+            )
+            for result, case in rows
+        ]
+    return ResultList(run_id=run_id, results=results, total=total)
 
 
 @reads.get(

@@ -71,6 +71,28 @@ class RunDetail(BaseModel):
     cases: list[CaseResult]
 
 
+class ResultOut(BaseModel):
+    """One case's stored result: the columns the verdict uses and the whole record
+    (design.md's record: correctness, timing with samples, device, environment, the
+    paired section, log tail) as the runner or the paired coordinator wrote it."""
+
+    case_id: str
+    kernel: str
+    status: str
+    verdict: str | None
+    ratio: float | None
+    ratio_ci: list[float | None] | None
+    median_s: float | None
+    baseline_result: int | None
+    record: dict[str, Any]
+
+
+class ResultList(BaseModel):
+    run_id: int
+    results: list[ResultOut]
+    total: int
+
+
 class RunList(BaseModel):
     runs: list[RunBrief]
     total: int

@@ -63,6 +63,11 @@ def no_telemetry_text(off: int, timed: int) -> str:
     )
 
 
+def ratio_ci(result: Result) -> list[float | None] | None:
+    """A compared case's ratio interval as ``[low, high]``; None where nothing was compared."""
+    return [result.ratio_ci_low, result.ratio_ci_high] if result.ratio is not None else None
+
+
 def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[str, Any]:
     base = aliased(Result)
     rows = session.execute(
@@ -88,9 +93,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
                 "verdict": result.verdict,
                 "median_s": result.median_s,
                 "ratio": result.ratio,
-                "ratio_ci": [result.ratio_ci_low, result.ratio_ci_high]
-                if result.ratio is not None
-                else None,
+                "ratio_ci": ratio_ci(result),
                 "tflops": result.tflops,
                 "gbps": result.gbps,
                 "telemetry": telemetry_of(result.record),

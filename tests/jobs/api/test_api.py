@@ -19,9 +19,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.config import Settings
+from kernelwatch.db.models import Result
 from kernelwatch.db.session import engine_for, make_engine
 from kernelwatch.jobs.api import create_app
 from kernelwatch.jobs.api.signature import sign
@@ -67,7 +69,8 @@ def test_healthz_reports_a_dead_database_as_503(tmp_path: Path) -> None:
     assert r.status_code == 503 and r.json()["status"] == "degraded"
     assert 'kernelwatch_scrape_error{source="database"} 1.0' in TestClient(app).get("/metrics").text
     # every read is a JSON 503 too (it was a plain-text 500), the address not in it
-    for path in ("/api/v1/runs", "/api/v1/runs/1", "/api/v1/verdicts?repo=a/b&sha=ccccccc"):
+    for path in ("/api/v1/runs", "/api/v1/runs/1", "/api/v1/runs/1/results",
+                 "/api/v1/verdicts?repo=a/b&sha=ccccccc"):  # fmt: skip
         r = TestClient(app).get(path)
         assert r.status_code == 503 and r.headers["retry-after"] == "30", (path, r.text)
         assert r.json() == {"detail": "the database is unavailable; try again shortly"}
@@ -88,6 +91,31 @@ def test_runs_list_filters_and_detail(client: TestClient) -> None:
     assert client.get("/api/v1/runs/999").status_code == 404
     assert client.get("/api/v1/runs", params={"status": "bogus"}).status_code == 422
     assert client.get("/api/v1/runs", params={"limit": 0}).status_code == 422
+
+
+def test_a_runs_results_come_with_their_whole_records(db_url: str, client: TestClient) -> None:
+    """design.md: /api/v1 serves runs, results and verdicts; the results are the stored
+    records in full (samples, device, environment), which the run's detail summarizes."""
+    factory = sessionmaker(bind=engine_for(db_url))
+    with factory() as s, s.begin():
+        row = s.scalars(
+            select(Result).where(Result.run_id == 2, Result.case_id == "c-softmax")
+        ).one()
+        row.record = {"kernel": "softmax", "environment": {"torch": "2.11.0"}, "timing": None}
+    r = client.get("/api/v1/runs/2/results")
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["run_id"] == 2 and data["total"] == 3 == len(data["results"])
+    by_kernel = {x["kernel"]: x for x in data["results"]}
+    softmax = by_kernel["softmax"]
+    assert softmax["verdict"] == "regression" and softmax["ratio_ci"] == [1.201, 1.262]
+    assert softmax["record"]["environment"] == {"torch": "2.11.0"}
+    only = client.get("/api/v1/runs/2/results", params={"kernel": "rmsnorm", "limit": 1}).json()
+    assert only["total"] == 1 and only["results"][0]["verdict"] == "improvement"
+    page = client.get("/api/v1/runs/2/results", params={"limit": 2, "offset": 2}).json()
+    assert page["total"] == 3 and len(page["results"]) == 1
+    assert client.get("/api/v1/runs/999/results").status_code == 404
+    assert client.get("/api/v1/runs/2/results", params={"limit": 501}).status_code == 422
 
 
 def test_verdicts(client: TestClient) -> None:
@@ -117,7 +145,8 @@ def test_a_sha_prefix_of_two_commits_is_a_409(db_url: str, client: TestClient) -
 def test_openapi_document(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     for path in ("/webhooks/github", "/healthz", "/metrics", "/api/v1/runs",
-                 "/api/v1/runs/{run_id}", "/api/v1/verdicts"):  # fmt: skip
+                 "/api/v1/runs/{run_id}", "/api/v1/runs/{run_id}/results",
+                 "/api/v1/verdicts"):  # fmt: skip
         assert path in doc["paths"], path
     hook = doc["paths"]["/webhooks/github"]["post"]
     assert {"401", "413", "400"} <= set(hook["responses"])
@@ -185,7 +214,7 @@ def test_schemathesis_finds_no_server_errors(sqlite_url: str, tmp_path: Path) ->
                 failures.append(f"{case.method} {case.formatted_path}: {response.status_code}")
 
         run()
-    assert len(calls) == 6 and sum(calls.values()) >= 150, calls
+    assert len(calls) == 7 and sum(calls.values()) >= 150, calls
     assert failures == []
 
 
