@@ -259,6 +259,30 @@ def library_fields(library: Mapping[str, Any]) -> dict[str, Any]:
     return {**dict.fromkeys(LIBRARY_FIELDS), **library}
 
 
+# What makes two measurements one series beside the case and the GPU class (design.md:
+# "a series is (library, suite, case id, device class, environment class)"): the
+# interpreter's minor version, torch (its build names the CUDA it was built for) and Triton.
+ENVIRONMENT_CLASS = ("python", "torch", "triton")
+
+
+def environment_class(record: Mapping[str, Any]) -> dict[str, str]:
+    """The record's environment class: those of ``ENVIRONMENT_CLASS`` it names."""
+    env = record.get("environment")
+    if not isinstance(env, Mapping):
+        return {}
+    found = {k: str(env[k]) for k in ENVIRONMENT_CLASS if env.get(k)}
+    if "python" in found:  # a patch release of the interpreter is the same class
+        found["python"] = ".".join(found["python"].split(".")[:2])
+    return found
+
+
+def same_environment(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two records are of one environment class: every part both name agrees (a
+    record that does not name a part, an older one, is not told apart by it)."""
+    ea, eb = environment_class(a), environment_class(b)
+    return all(ea[k] == eb[k] for k in ea.keys() & eb.keys())
+
+
 # A record's free text, at most (characters): an exception's message is the kernel's to
 # choose, and a 30 MB one made the record a line the worker does not read (an audit,
 # 2026-12-05: the case vanished). The head of a message says what went wrong.

@@ -8,6 +8,12 @@ the same GPU class that measured it, by the composition's order (gate runs first
 then manual ``--gate``, manual, bisection steps; a result with a time before one
 without; newest within a kind: ``compose.pick``). A run with an explicit baseline
 run (``RunOptions.baseline_run_id``) compares with that run only.
+
+Only a result of the case's own environment class is its baseline
+(``kernels.record.same_environment``: python, torch, Triton): a worker upgraded from
+one torch to another between the two runs moves every case, and a comparison across
+that is not of the library's change (design.md: comparisons happen only inside a
+series). Such a case has no baseline until the baseline commit is measured again there.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.models import FINAL_STATES, Result, Run
 from kernelwatch.db.store import runs_of
 from kernelwatch.jobs.judging.compose import Measured, authority, pick
+from kernelwatch.kernels.record import same_environment
 from kernelwatch.kernels.verdict import PASS_STATUS, SKIP_STATUS
 
 IN_FLIGHT = ("queued", "running")
@@ -28,6 +35,7 @@ IN_FLIGHT = ("queued", "running")
 def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
     """Per case id, the result ``run``'s case is compared with; None: wait, a run of the
     baseline commit on this class is still measuring (it may be the one that has it)."""
+    own = {r.case_id: r for r in run.results}
     explicit = run.options.baseline_run_id
     if explicit:
         base = session.get(Run, explicit)
@@ -35,7 +43,9 @@ def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
             return {}
         if base.status not in FINAL_STATES:
             return None
-        return {r.case_id: r for r in base.results} if base.status == "succeeded" else {}
+        if base.status != "succeeded":
+            return {}
+        return {r.case_id: r for r in base.results if _same_series(r, own)}
     if not run.baseline_sha:
         return {}
     runs = session.scalars(
@@ -48,14 +58,24 @@ def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
     done = {r.id: r for r in runs if r.status == "succeeded"}
     if not done:
         return {}
-    results = session.scalars(
-        select(Result).where(Result.run_id.in_(list(done)), Result.status != SKIP_STATUS)
-    ).all()
+    results = [
+        r
+        for r in session.scalars(
+            select(Result).where(Result.run_id.in_(list(done)), Result.status != SKIP_STATUS)
+        )
+        if _same_series(r, own)
+    ]
     chosen = pick(
         Measured(r.case_id, authority(done[r.run_id]), r.run_id, r.status == PASS_STATUS, r)
         for r in results
     )
     return {case_id: m.item for case_id, m in chosen.items()}
+
+
+def _same_series(base: Result, own: dict[str, Result]) -> bool:
+    """Whether ``base`` may be the baseline of the run's result of its case."""
+    mine = own.get(base.case_id)
+    return mine is None or same_environment(base.record or {}, mine.record or {})
 
 
 def main_baseline_run(chosen: dict[str, Result]) -> int | None:

@@ -309,7 +309,10 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
             base = unpaired_with_base[-1].baseline_sha or ""
             state = "error"
             verdict = RunVerdict.ERROR
-            description = f"nothing compared: baseline {base[:12]} has no good measurement"
+            description = (
+                f"nothing compared: baseline {base[:12]} has no good measurement "
+                "in this class and environment"
+            )
         elif compared == 0 and not any(r.baseline_sha for r in used):
             description = f"first measurement: {len(picked)} cases, nothing to compare with"
     if shown != counts:
