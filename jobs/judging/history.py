@@ -15,10 +15,14 @@ detector needs ``min_segment`` points on each side, so a step is confirmed a few
 commits after it happened; that delay is the price of not alarming on one noisy point.
 Cards of one class differ by a few per cent, so the series is first levelled to one
 card (``jobs/judging/cards.py``, from each record's ``device.uuid``): a run of commits
-that happened to land on a slower card is not a step.
+that happened to land on a slower card is not a step. A series holds one environment
+class (``kernels.record.same_environment``: python, torch, Triton): the points measured
+under another torch than the run's are left out, so a worker's upgrade is not a step.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
@@ -28,6 +32,7 @@ from kernelwatch.jobs.judging import problems
 from kernelwatch.jobs.judging.cards import level_cards
 from kernelwatch.jobs.judging.compose import Measured, authority, pick
 from kernelwatch.jobs.judging.detect import detect
+from kernelwatch.kernels.record import ENVIRONMENT_CLASS, same_environment
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
 WINDOW = 60
@@ -78,6 +83,7 @@ def scan_run(
             Result.median_s,
             Result.run_id,
             Result.record["device"]["uuid"].as_string().label("card"),
+            *(Result.record["environment"][k].as_string().label(k) for k in ENVIRONMENT_CLASS),
         ).where(
             Result.run_id.in_(list(at)),
             Result.case_id.in_(case_ids),
@@ -86,11 +92,25 @@ def scan_run(
             Result.median_s.is_not(None),
         )
     ).all()
+    # a series holds one environment class (design.md): a point measured under another
+    # torch than this run's is not part of this run's history (an upgrade is no step)
+    own = {r.case_id: r.record or {} for r in run.results}
+
+    def in_series(case_id: str, row: Any) -> bool:
+        named = {k: getattr(row, k) for k in ENVIRONMENT_CLASS}
+        return same_environment({"environment": named}, own.get(case_id, {}))
+
     # one point per (case, commit): its composed answer's run (compose.py), as Trends draw it
     chosen = pick(
-        Measured((case_id, at[run_id][0]), authority(runs[run_id]), run_id, True, (median, card))
-        for case_id, median, run_id, card in rows
-        if median is not None
+        Measured(
+            (row.case_id, at[row.run_id][0]),
+            authority(runs[row.run_id]),
+            row.run_id,
+            True,
+            (row.median_s, row.card),
+        )
+        for row in rows
+        if row.median_s is not None and in_series(row.case_id, row)
     )
     series: dict[str, list[tuple[int, float, int, str, str]]] = {}
     for (case_id, sequence), m in chosen.items():

@@ -23,6 +23,7 @@ def _history(
     trigger: str = "push",
     cards: list[str] | None = None,
     every: int = 1,
+    torches: list[str] | None = None,
 ) -> list[Run]:
     """One run per measured commit; ``every``: first-parent commits between measurements."""
     repo = get_or_create_repository(session, "lib", "/src/lib")
@@ -39,6 +40,8 @@ def _history(
         record: dict[str, object] = {"suite": "basic", "kernel": "softmax"}
         if cards is not None:
             record["device"] = {"name": "NVIDIA H100", "uuid": cards[i]}
+        if torches is not None:
+            record["environment"] = {"python": "3.12.3", "torch": torches[i]}
         session.add(Result(run_id=run.id, case_id="c1", status="pass", median_s=median,
                            record=record))  # fmt: skip
         runs.append(run)
@@ -136,3 +139,20 @@ def test_a_real_step_is_still_found_across_cards(session: Session) -> None:
     found = scan_run(session, runs[-1], min_effect=0.01)
     assert [(r.kind, r.run_id) for r in found] == [("changepoint", runs[12].id)]
     assert found[0].ratio is not None and 1.02 < found[0].ratio < 1.06
+
+
+def test_a_torch_upgrade_on_the_workers_is_not_a_step_of_the_library(session: Session) -> None:
+    """A series is one environment class (design.md): 12 commits under torch 2.11, then 12
+    under 2.13, which runs the kernel 4 % slower. Read as one series that was a step at the
+    upgrade; the library did not change."""
+    rng = random.Random(7)
+    torches = ["2.11.0+cu130"] * 12 + ["2.13.0+cu130"] * 12
+    runs = _history(session, _levels(rng, 12, 12, 0.04), torches=torches)
+    assert scan_run(session, runs[-1], min_effect=0.01) == []
+
+
+def test_the_same_step_inside_one_environment_is_found(session: Session) -> None:
+    torches = ["2.13.0+cu130"] * 24
+    runs = _history(session, _levels(random.Random(7), 12, 12, 0.04), torches=torches)
+    found = scan_run(session, runs[-1], min_effect=0.01)
+    assert [(r.kind, r.run_id) for r in found] == [("changepoint", runs[12].id)]
