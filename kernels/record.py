@@ -108,6 +108,22 @@ class Timing:
 
 
 @dataclass
+class Remeasure:
+    """An unpaired run's independent re-measure of a case (design.md: a run-level
+    ``fail`` needs the blocking case confirmed). The worker measures a case whose
+    comparison with its baseline came out a regression once more, in a fresh runner
+    process, before it ends the job; the rule keeps ``regression`` only where the
+    re-measure's comparison says so too (``verdict.confirm``).
+
+    status: the re-measure's record status (``pass`` with a timing, else why not).
+    """
+
+    status: str
+    timing: Timing | None = None
+    error: str = ""
+
+
+@dataclass
 class Throughput:
     """Achieved rates from the case's FLOP and byte counts over the median time.
 
@@ -330,6 +346,8 @@ class ResultRecord:
     # was timed on one (a CPU run, a case that failed before timing, an older record:
     # ``telemetry_of`` reads those from what they kept)
     telemetry: TelemetryState | None = None
+    # unpaired runs only (worker/executor.py): the confirmation of a would-be regression
+    remeasure: Remeasure | None = None
     schema: int = SCHEMA_VERSION
 
     @classmethod
@@ -381,6 +399,17 @@ def paired_section(record: Mapping[str, Any] | None) -> PairedSection | None:
     """
     data = (record or {}).get("paired")
     return None if data is None else PairedSection.from_dict(data)
+
+
+def remeasure_of(record: Mapping[str, Any] | None) -> Remeasure | None:
+    """An unpaired record's re-measure as stored; None where the worker made none."""
+    data = (record or {}).get("remeasure")
+    if data is None:
+        return None
+    try:
+        return _parse(Remeasure, data, "remeasure")
+    except RecordError as exc:  # a NaN stored as null in its timing: not a confirmation
+        return Remeasure(status="error", error=f"unreadable re-measure: {exc}")
 
 
 def telemetry_of(record: Mapping[str, Any] | None) -> TelemetryState | None:

@@ -279,6 +279,8 @@ NOTE_SKIPPED = "skipped"
 NOTE_UNMEASURED = "not measured: the run's GPU budget was spent"
 NOTE_TOO_FEW = "too few samples to compare"
 NOTE_NO_PAIRED_VERDICT = "the paired record carries no verdict"
+# an unpaired run's regression its re-measure in a fresh process did not repeat
+NOTE_UNCONFIRMED = "a regression not confirmed"
 
 
 @dataclass(frozen=True)
@@ -633,6 +635,7 @@ __all__ = [
     "NOTE_BASELINE_UNMEASURED",
     "NOTE_NEW",
     "NOTE_SKIPPED",
+    "NOTE_UNCONFIRMED",
     "NOTE_UNMEASURED",
     "PASS_STATUS",
     "PLUMBING_ONLY",

@@ -50,7 +50,7 @@ from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.jobs.planning.resolve import Configs, install_of, resolve
 from kernelwatch.jobs.retry import retrying
 from kernelwatch.kernels.record import ResultRecord
-from kernelwatch.worker import cardlock, recipes, submodules, venvs, workdirs
+from kernelwatch.worker import cardlock, recipes, remeasure, submodules, venvs, workdirs
 from kernelwatch.worker.fleetconfig import FleetConfig
 from kernelwatch.worker.heartbeat import RunLeased, lease_holder
 from kernelwatch.worker.sandbox import clean_env, recipe_overlay
@@ -171,6 +171,12 @@ def execute(
                 req,
                 on_record=lambda rec: _patiently(patience, lambda: _store(factory, run_id, rec)),
             )
+            if not outcome.aborted and not run_options.paired:
+                # a would-be regression of an unpaired run, measured again before the
+                # card is let go (design.md: a fail needs an independent re-measure)
+                remeasure.confirm(
+                    factory, settings, run_id, req, lambda write: _patiently(patience, write)
+                )
         # a resumed run's earlier records are not in this outcome: judge the selection fresh only
         why = outcome.aborted or ("" if already else _unmatched(selected, req.suites, outcome))
         return (

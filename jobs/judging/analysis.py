@@ -18,6 +18,7 @@ evidence of one problem row each (``problems.py``), never a row per run.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -28,15 +29,18 @@ from kernelwatch.jobs.judging import bisect_trigger, history, problems, run_spre
 from kernelwatch.jobs.judging.baselines import baseline_results, main_baseline_run
 from kernelwatch.jobs.judging.comparison import compare
 from kernelwatch.jobs.library.repoconfig import Thresholds
-from kernelwatch.kernels.record import PairedSection, paired_section
+from kernelwatch.kernels.record import PairedSection, paired_section, remeasure_of
 from kernelwatch.kernels.verdict import (
     BLOCKING,
+    NOTE_UNCONFIRMED,
     PASS_STATUS,
     CaseVerdict,
     Judgement,
     RunVerdict,
     class_verdict_of,
+    confirm,
     judge_case,
+    plumbing_only,
 )
 
 # Verdicts recorded as a problem's evidence by the pairwise analysis (history adds its own).
@@ -120,33 +124,104 @@ def _unpaired(
     result: Result, base: Result | None, threshold: float, confidence: float, spread: float
 ) -> Judgement:
     """The case against its baseline result, from both runs' raw samples, allowing for
-    ``spread``: how far the case's median moves between runs (``run_spread.py``)."""
+    ``spread``: how far the case's median moves between runs (``run_spread.py``).
+
+    A regression stands only where the worker's re-measure of the case (``remeasure``, a
+    fresh runner process: ``worker/remeasure.py``) compared with the same baseline says
+    so too (design.md: a run-level ``fail`` needs an independent re-measure); a record
+    without one (measured before, imported) is judged on its one comparison."""
     result.baseline_result_id = base.id if base is not None else None
-    ratio = low = high = None
-    reliable = bool(result.reliable and (base is None or base.reliable))
-    if (
-        result.status == PASS_STATUS
-        and base is not None
-        and base.status == PASS_STATUS
-        and len(base.samples) >= 2
-        and len(result.samples) >= 2
-    ):
-        cmp = compare(
-            base.samples, result.samples, threshold, confidence, reliable=reliable, spread=spread
-        )
-        ratio, low, high = cmp.ratio, cmp.ci_low, cmp.ci_high
-        result.p_value = cmp.p_slower if cmp.ratio >= 1 else cmp.p_faster
-    else:
-        result.p_value = None
-    return judge_case(
+    samples = result.samples if result.status == PASS_STATUS else []
+    once, result.p_value = _against(samples, base, threshold, confidence, spread, result.reliable)
+    first = judge_case(
         result.status,
         base.status if base is not None else None,
-        ratio,
-        low,
-        high,
+        once.ratio,
+        once.low,
+        once.high,
         threshold,
-        reliable=reliable,
+        reliable=once.reliable,
     )
+    again = remeasure_of(result.record)
+    if first.verdict != CaseVerdict.REGRESSION or again is None:
+        return first
+    if again.status != PASS_STATUS or again.timing is None:
+        why = again.error.splitlines()[0][:200] if again.error else again.status
+        said = f"{NOTE_UNCONFIRMED}: its re-measure ended {again.status} ({why})"
+        return replace(first, verdict=CaseVerdict.INCONCLUSIVE, detail=said)
+    twice, _ = _against(again.timing.samples, base, threshold, confidence, spread, once.reliable)
+    second = judge_case(
+        PASS_STATUS, PASS_STATUS, twice.ratio, twice.low, twice.high, threshold,
+        reliable=twice.reliable,
+    ).verdict  # fmt: skip
+    if confirm(first.verdict, second or CaseVerdict.INCONCLUSIVE) == CaseVerdict.REGRESSION:
+        return first
+    read = (
+        f"{twice.ratio:.3f} [{twice.low:.3f}, {twice.high:.3f}]"
+        if twice.ratio is not None and twice.low is not None and twice.high is not None
+        else "no interval"
+    )
+    said = f"{NOTE_UNCONFIRMED}: its re-measure read {read}"
+    return replace(first, verdict=CaseVerdict.INCONCLUSIVE, detail=said)
+
+
+@dataclass(frozen=True)
+class _Compared:
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    reliable: bool = True
+
+
+def _against(
+    samples: list[float],
+    base: Result | None,
+    threshold: float,
+    confidence: float,
+    spread: float,
+    reliable: bool,
+) -> tuple[_Compared, float | None]:
+    """``samples`` against the baseline result's: the interval and its one-sided p."""
+    reliable = bool(reliable and (base is None or base.reliable))
+    if base is None or base.status != PASS_STATUS or len(base.samples) < 2 or len(samples) < 2:
+        return _Compared(reliable=reliable), None
+    cmp = compare(base.samples, samples, threshold, confidence, reliable=reliable, spread=spread)
+    p_value = cmp.p_slower if cmp.ratio >= 1 else cmp.p_faster
+    return _Compared(cmp.ratio, cmp.ci_low, cmp.ci_high, reliable), p_value
+
+
+def would_regress(session: Session, run: Run, settings: Settings) -> list[str]:
+    """The cases of an unpaired ``run`` whose one comparison with their baseline reads a
+    regression that would count for the run: those the worker measures again before
+    it ends the job. Nothing is stored; ``analyze`` judges them with the re-measure."""
+    if run.options.paired:
+        return []
+    bases = baseline_results(session, run)
+    if not bases:
+        return []
+    thresholds = run_thresholds(run, settings)
+    confidence = run.options.confidence
+    confidence = settings.confidence if confidence is None else confidence
+    spreads = run_spread.case_spreads(session, run)
+    found = []
+    for result in run.results:
+        base = bases.get(result.case_id)
+        if result.status != PASS_STATUS or base is None:
+            continue
+        threshold = _threshold_of(thresholds, result)
+        cmp, _ = _against(
+            result.samples, base, threshold, confidence, spreads[result.case_id], result.reliable
+        )
+        verdict = judge_case(
+            PASS_STATUS, base.status, cmp.ratio, cmp.low, cmp.high, threshold,
+            reliable=cmp.reliable,
+        ).verdict  # fmt: skip
+        gates = settings.cpu_timing_gates
+        if verdict == CaseVerdict.REGRESSION and not plumbing_only(
+            run.device_class, verdict, cpu_timings_gate=gates
+        ):
+            found.append(result.case_id)
+    return found
 
 
 def _paired(result: Result, threshold: float) -> Judgement:

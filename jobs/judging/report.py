@@ -19,11 +19,12 @@ from sqlalchemy.orm import Session, aliased
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
-from kernelwatch.kernels.record import price_of, telemetry_counts, telemetry_of
+from kernelwatch.kernels.record import price_of, remeasure_of, telemetry_counts, telemetry_of
 from kernelwatch.kernels.units import ratio_text
 from kernelwatch.kernels.verdict import (
     MOVED,
     NOTE_BASELINE_BROKEN,
+    NOTE_UNCONFIRMED,
     PASS_STATUS,
     CaseVerdict,
 )
@@ -151,6 +152,8 @@ def _note(run: Run, result: Result, base_status: str | None) -> str:
         return ""
     if result.verdict == CaseVerdict.UNCHANGED and base_status == "fail":
         return NOTE_BASELINE_BROKEN
+    if result.verdict == CaseVerdict.INCONCLUSIVE and remeasure_of(result.record) is not None:
+        return f"{NOTE_UNCONFIRMED}: its re-measure in a fresh process did not repeat it"
     if result.verdict is not None:
         return ""
     if not run.baseline_sha:

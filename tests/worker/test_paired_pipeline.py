@@ -18,25 +18,20 @@ import pytest
 from sqlalchemy import select
 
 from kernelwatch.db.models import Regression, Run
-from kernelwatch.jobs.cli.processes import start_worker
 from kernelwatch.jobs.demo.pipeline import create_demo_repository
 from kernelwatch.jobs.github.render import render_comment
 from kernelwatch.jobs.judging.verdicts import CommitVerdict, class_verdict
 from kernelwatch.jobs.planning.plan import RunRequest, plan
 from tests.conftest import run_cli
 from tests.helpers import BAD_KERNELS, git, library_files, make_repo
-from tests.jobs.cli.test_pipeline import GOOD_INIT, Env
+from tests.jobs.cli.test_pipeline import GOOD_INIT, Env, worker_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.crowd]
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    e = Env(tmp_path_factory.mktemp("paired"), cpu_timing_gates=True)  # timing is the subject
-    worker = start_worker(e.settings, name="paired")
-    yield e
-    worker.terminate()
-    worker.wait(timeout=30)
+    yield from worker_env(tmp_path_factory, "paired", cpu_timing_gates=True)  # timing's the subject
 
 
 @pytest.fixture(scope="module")

@@ -68,13 +68,20 @@ class Env:
             return {r.record["kernel"]: r for r in rows}
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    e = Env(tmp_path_factory.mktemp("pipeline"))
-    worker = start_worker(e.settings, name="pipeline")
+def worker_env(
+    tmp_path_factory: pytest.TempPathFactory, name: str, cpu_timing_gates: bool = False
+) -> Iterator[Env]:
+    """A module's database, broker and one real worker named ``name``, stopped after."""
+    e = Env(tmp_path_factory.mktemp(name), cpu_timing_gates=cpu_timing_gates)
+    worker = start_worker(e.settings, name=name)
     yield e
     worker.terminate()
     worker.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    yield from worker_env(tmp_path_factory, "pipeline")
 
 
 def test_source_that_is_not_a_repository_raises_and_leaves_no_rows(

@@ -8,47 +8,22 @@ samples all the same and called that the library's regression.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.config import Settings
-from kernelwatch.db.models import Case, Result, Run
-from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.db.models import Run
 from kernelwatch.jobs.judging.analysis import analyze
 from kernelwatch.jobs.judging.verdicts import class_verdict
 from kernelwatch.kernels.record import environment_class, same_environment
+from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, SETTINGS, measured
 
-BASE, HEAD = "1" * 40, "2" * 40
 TORCH_OLD = {"python": "3.12.3", "torch": "2.11.0+cu130", "triton": "3.6.0"}
 
 
-def _samples(median: float, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    return [median * (1 + rng.gauss(0, 0.002)) for _ in range(24)]
-
-
 def _run(session: Session, sha: str, median: float, env: dict[str, Any] | None) -> Run:
-    repo = get_or_create_repository(session, "envlib", "/src/envlib")
-    upsert_commit(session, repo, BASE, [], "base", generation=1)
-    commit = upsert_commit(session, repo, sha, [BASE] if sha == HEAD else [], "c")
-    if session.get(Case, "c-norm") is None:
-        session.add(Case(id="c-norm", suite="basic", kernel="rmsnorm", backend="lib",
-                         params={}, label="rows=4096"))  # fmt: skip
-    run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"], trigger="push",
-              status="succeeded", device_class="h200",
-              baseline_sha=BASE if sha == HEAD else None)  # fmt: skip
-    session.add(run)
-    session.flush()
-    record: dict[str, Any] = {"suite": "basic", "kernel": "rmsnorm"}
-    if env is not None:
-        record["environment"] = env
-    session.add(Result(run_id=run.id, case_id="c-norm", status="pass", median_s=median,
-                       samples=_samples(median, run.id), record=record))  # fmt: skip
-    session.flush()
-    session.expire(run)
-    assert analyze(session, run, Settings(cpu_timing_gates=True))
+    run = measured(session, sha, median, None if env is None else {"environment": env})
+    assert analyze(session, run, SETTINGS)
     session.flush()
     return run
 
