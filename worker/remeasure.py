@@ -57,7 +57,8 @@ def confirm(
     if not ids:
         return []
     log.info("run %s: measuring %d would-be regressions again", run_id, len(ids))
-    args = _without_skips(req.extra_args) + ["--case", ",".join(ids)]
+    # one argument, "--case=...": a case id a record made up cannot pass for an option
+    args = _without_skips(req.extra_args) + ["--case=" + ",".join(ids)]
     again = replace(req, workdir=req.workdir.parent / "remeasure", extra_args=args)
     seen: set[str] = set()
 

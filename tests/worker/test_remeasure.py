@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.crowd]
 
 FAST = "from kernelwatch.kernels.triton_kernels import softmax, rmsnorm, matmul, attention\n"
 # softmax 6 times over: slow in the first runner process only (the re-measure is the
-# runner started with --case), or in every process
+# runner started with --case=IDS), or in every process
 SLOW = """
 import sys
 from kernelwatch.kernels.triton_kernels import rmsnorm, matmul, attention
@@ -39,7 +39,7 @@ def softmax(*args, **kwargs):
             out = _softmax(*args, **kwargs)
     return out
 """
-FIRST_PROCESS_ONLY = SLOW.format(when='"--case" not in sys.argv')
+FIRST_PROCESS_ONLY = SLOW.format(when='not any(a.startswith("--case=") for a in sys.argv)')
 EVERY_PROCESS = SLOW.format(when="True")
 
 
