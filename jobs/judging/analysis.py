@@ -131,17 +131,7 @@ def _unpaired(
     so too (design.md: a run-level ``fail`` needs an independent re-measure); a record
     without one (measured before, imported) is judged on its one comparison."""
     result.baseline_result_id = base.id if base is not None else None
-    samples = result.samples if result.status == PASS_STATUS else []
-    once, result.p_value = _against(samples, base, threshold, confidence, spread, result.reliable)
-    first = judge_case(
-        result.status,
-        base.status if base is not None else None,
-        once.ratio,
-        once.low,
-        once.high,
-        threshold,
-        reliable=once.reliable,
-    )
+    first, once, result.p_value = _once(result, base, threshold, confidence, spread)
     again = remeasure_of(result.record)
     if first.verdict != CaseVerdict.REGRESSION or again is None:
         return first
@@ -163,6 +153,25 @@ def _unpaired(
     )
     said = f"{NOTE_UNCONFIRMED}: its re-measure read {read}"
     return replace(first, verdict=CaseVerdict.INCONCLUSIVE, detail=said)
+
+
+def _once(
+    result: Result, base: Result | None, threshold: float, confidence: float, spread: float
+) -> tuple[Judgement, _Compared, float | None]:
+    """The case's one comparison with its baseline: the judgement, the interval behind
+    it and its one-sided p (the worker's choice of what to re-measure reads it too)."""
+    samples = result.samples if result.status == PASS_STATUS else []
+    once, p_value = _against(samples, base, threshold, confidence, spread, result.reliable)
+    judged = judge_case(
+        result.status,
+        base.status if base is not None else None,
+        once.ratio,
+        once.low,
+        once.high,
+        threshold,
+        reliable=once.reliable,
+    )
+    return judged, once, p_value
 
 
 @dataclass(frozen=True)
@@ -205,17 +214,11 @@ def would_regress(session: Session, run: Run, settings: Settings) -> list[str]:
     spreads = run_spread.case_spreads(session, run)
     found = []
     for result in run.results:
-        base = bases.get(result.case_id)
-        if result.status != PASS_STATUS or base is None:
-            continue
         threshold = _threshold_of(thresholds, result)
-        cmp, _ = _against(
-            result.samples, base, threshold, confidence, spreads[result.case_id], result.reliable
+        judged, _, _ = _once(
+            result, bases.get(result.case_id), threshold, confidence, spreads[result.case_id]
         )
-        verdict = judge_case(
-            PASS_STATUS, base.status, cmp.ratio, cmp.low, cmp.high, threshold,
-            reliable=cmp.reliable,
-        ).verdict  # fmt: skip
+        verdict = judged.verdict
         gates = settings.cpu_timing_gates
         if verdict == CaseVerdict.REGRESSION and not plumbing_only(
             run.device_class, verdict, cpu_timings_gate=gates
