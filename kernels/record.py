@@ -292,11 +292,15 @@ def environment_class(record: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+def same_class(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+    """Whether two environment classes are one: every part both name agrees (a record
+    that does not name a part, an older one, is not told apart by it)."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
 def same_environment(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two records are of one environment class: every part both name agrees (a
-    record that does not name a part, an older one, is not told apart by it)."""
-    ea, eb = environment_class(a), environment_class(b)
-    return all(ea[k] == eb[k] for k in ea.keys() & eb.keys())
+    """Whether two records are of one environment class (:func:`same_class`)."""
+    return same_class(environment_class(a), environment_class(b))
 
 
 # A record's free text, at most (characters): an exception's message is the kernel's to

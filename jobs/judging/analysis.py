@@ -32,7 +32,6 @@ from kernelwatch.jobs.library.repoconfig import Thresholds
 from kernelwatch.kernels.record import PairedSection, paired_section, remeasure_of
 from kernelwatch.kernels.verdict import (
     BLOCKING,
-    NOTE_UNCONFIRMED,
     PASS_STATUS,
     CaseVerdict,
     Judgement,
@@ -135,24 +134,17 @@ def _unpaired(
     again = remeasure_of(result.record)
     if first.verdict != CaseVerdict.REGRESSION or again is None:
         return first
-    if again.status != PASS_STATUS or again.timing is None:
-        why = again.error.splitlines()[0][:200] if again.error else again.status
-        said = f"{NOTE_UNCONFIRMED}: its re-measure ended {again.status} ({why})"
-        return replace(first, verdict=CaseVerdict.INCONCLUSIVE, detail=said)
-    twice, _ = _against(again.timing.samples, base, threshold, confidence, spread, once.reliable)
-    second = judge_case(
-        PASS_STATUS, PASS_STATUS, twice.ratio, twice.low, twice.high, threshold,
-        reliable=twice.reliable,
-    ).verdict  # fmt: skip
-    if confirm(first.verdict, second or CaseVerdict.INCONCLUSIVE) == CaseVerdict.REGRESSION:
-        return first
-    read = (
-        f"{twice.ratio:.3f} [{twice.low:.3f}, {twice.high:.3f}]"
-        if twice.ratio is not None and twice.low is not None and twice.high is not None
-        else "no interval"
-    )
-    said = f"{NOTE_UNCONFIRMED}: its re-measure read {read}"
-    return replace(first, verdict=CaseVerdict.INCONCLUSIVE, detail=said)
+    second: CaseVerdict | None = None
+    if again.status == PASS_STATUS and again.timing is not None:
+        twice, _ = _against(again.timing.samples, base, threshold, confidence, spread,
+                            once.reliable)  # fmt: skip
+        second = judge_case(
+            PASS_STATUS, PASS_STATUS, twice.ratio, twice.low, twice.high, threshold,
+            reliable=twice.reliable,
+        ).verdict  # fmt: skip
+    # what the re-measure said is in the record; ``report`` words it (NOTE_UNCONFIRMED)
+    verdict = confirm(first.verdict, second or CaseVerdict.INCONCLUSIVE)
+    return replace(first, verdict=verdict)
 
 
 def _once(

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.models import FINAL_STATES, Result, Run
 from kernelwatch.db.store import runs_of
 from kernelwatch.jobs.judging.compose import Measured, authority, pick
-from kernelwatch.kernels.record import same_environment
+from kernelwatch.kernels.record import environment_class, same_class
 from kernelwatch.kernels.verdict import PASS_STATUS, SKIP_STATUS
 
 IN_FLIGHT = ("queued", "running")
@@ -35,7 +35,8 @@ IN_FLIGHT = ("queued", "running")
 def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
     """Per case id, the result ``run``'s case is compared with; None: wait, a run of the
     baseline commit on this class is still measuring (it may be the one that has it)."""
-    own = {r.case_id: r for r in run.results}
+    # each of the run's cases' environment class, once (``kernels.record.same_class``)
+    own = {r.case_id: environment_class(r.record or {}) for r in run.results}
     explicit = run.options.baseline_run_id
     if explicit:
         base = session.get(Run, explicit)
@@ -72,10 +73,10 @@ def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
     return {case_id: m.item for case_id, m in chosen.items()}
 
 
-def _same_series(base: Result, own: dict[str, Result]) -> bool:
+def _same_series(base: Result, own: dict[str, dict[str, str]]) -> bool:
     """Whether ``base`` may be the baseline of the run's result of its case."""
     mine = own.get(base.case_id)
-    return mine is None or same_environment(base.record or {}, mine.record or {})
+    return mine is None or same_class(environment_class(base.record or {}), mine)
 
 
 def main_baseline_run(chosen: dict[str, Result]) -> int | None:

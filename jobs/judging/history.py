@@ -32,7 +32,7 @@ from kernelwatch.jobs.judging import problems
 from kernelwatch.jobs.judging.cards import level_cards
 from kernelwatch.jobs.judging.compose import Measured, authority, pick
 from kernelwatch.jobs.judging.detect import detect
-from kernelwatch.kernels.record import ENVIRONMENT_CLASS, same_environment
+from kernelwatch.kernels.record import ENVIRONMENT_CLASS, environment_class, same_class
 from kernelwatch.kernels.verdict import MIN_EFFECT, CaseVerdict
 
 WINDOW = 60
@@ -94,11 +94,11 @@ def scan_run(
     ).all()
     # a series holds one environment class (design.md): a point measured under another
     # torch than this run's is not part of this run's history (an upgrade is no step)
-    own = {r.case_id: r.record or {} for r in run.results}
+    own = {r.case_id: environment_class(r.record or {}) for r in run.results}
 
     def in_series(case_id: str, row: Any) -> bool:
-        named = {k: getattr(row, k) for k in ENVIRONMENT_CLASS}
-        return same_environment({"environment": named}, own.get(case_id, {}))
+        named = {"environment": {k: getattr(row, k) for k in ENVIRONMENT_CLASS}}
+        return same_class(environment_class(named), own.get(case_id, {}))
 
     # one point per (case, commit): its composed answer's run (compose.py), as Trends draw it
     chosen = pick(

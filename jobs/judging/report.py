@@ -152,7 +152,11 @@ def _note(run: Run, result: Result, base_status: str | None) -> str:
         return ""
     if result.verdict == CaseVerdict.UNCHANGED and base_status == "fail":
         return NOTE_BASELINE_BROKEN
-    if result.verdict == CaseVerdict.INCONCLUSIVE and remeasure_of(result.record) is not None:
+    again = remeasure_of(result.record)
+    if result.verdict == CaseVerdict.INCONCLUSIVE and again is not None:
+        if again.status != PASS_STATUS or again.timing is None:
+            why = again.error.splitlines()[0][:200] if again.error else "no timing"
+            return f"{NOTE_UNCONFIRMED}: its re-measure ended {again.status} ({why})"
         return f"{NOTE_UNCONFIRMED}: its re-measure in a fresh process did not repeat it"
     if result.verdict is not None:
         return ""
