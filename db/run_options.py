@@ -134,6 +134,10 @@ class RunOptions(_Frozen):
         ``jobs/judging/compose.py``).
       bisection_id: the run is a step of this bisection (``db/bisect.py``); such a run
         never takes part in its commit's gate answer (``runs_of_commit``).
+      baseline_for: the run measures its commit again because this run's baseline had
+        measurements of another environment class only (``baseline_remeasure.py``).
+      baseline_remeasure: the run planned to measure this run's baseline commit again;
+        a run asks once.
     What was decided at planning:
       config: the resolved configuration (``ConfigNote``: suites, kernels, module, the
         install recipe of each side, what a pull request's file could not loosen).
@@ -166,6 +170,8 @@ class RunOptions(_Frozen):
     records: int | None = None
     gate: bool = False
     bisection_id: int | None = None
+    baseline_for: int | None = None
+    baseline_remeasure: int | None = None
 
     config: ConfigNote | None = None
     requeued_at: str | None = None

@@ -10,7 +10,9 @@ gate runs first), recorded in ``Result.baseline_result_id``. The run's verdict i
 rule's aggregation (``class_verdict_of``): an inconclusive case makes it ``neutral``
 unless ``KW_INCONCLUSIVE_POLICY`` says otherwise, and CPU timings count only with
 ``KW_CPU_TIMING_GATES`` (read here, in the process that judges: the worker). Runs
-whose baseline commit is still being measured stay unjudged until it is;
+whose baseline commit is still being measured stay unjudged until it is, and so do runs
+whose baseline commit was measured only in another environment class (a worker
+upgraded since): they ask for it to be measured again (``baseline_remeasure.py``);
 ``analyze_ready`` is called whenever any run finishes. Blocking findings become
 evidence of one problem row each (``problems.py``), never a row per run.
 """
@@ -25,7 +27,13 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Result, Run
-from kernelwatch.jobs.judging import bisect_trigger, history, problems, run_spread
+from kernelwatch.jobs.judging import (
+    baseline_remeasure,
+    bisect_trigger,
+    history,
+    problems,
+    run_spread,
+)
 from kernelwatch.jobs.judging.baselines import baseline_results, main_baseline_run
 from kernelwatch.jobs.judging.comparison import compare
 from kernelwatch.jobs.library.repoconfig import Thresholds
@@ -83,6 +91,8 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         bases = baseline_results(session, run)
         if bases is None:
             return False
+        if baseline_remeasure.request(session, run, bases) is not None:
+            return False  # its baseline commit is measured again where it was measured
         # the run most of *this run's* cases were compared with: a baseline commit with a
         # whole-suite run and a later subset run (FlashInfer 0.5.3 on two cards, H200
         # 2026-12-04) has its whole suite's cases in ``bases`` too

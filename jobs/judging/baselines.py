@@ -47,8 +47,58 @@ def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
         if base.status != "succeeded":
             return {}
         return {r.case_id: r for r in base.results if _same_series(r, own)}
+    found = _baseline_commit_results(session, run)
+    if found is None:
+        return None
+    done, results = found
+    chosen = pick(
+        Measured(r.case_id, authority(done[r.run_id]), r.run_id, r.status == PASS_STATUS, r)
+        for r in results
+        if _same_series(r, own)
+    )
+    return {case_id: m.item for case_id, m in chosen.items()}
+
+
+def measured_elsewhere(session: Session, run: Run, bases: dict[str, Result]) -> Run | None:
+    """The run of the baseline commit that measured ``run``'s uncompared cases in another
+    environment class (a worker upgraded since: the stale baseline), or None.
+
+    A case of ``run`` that passed, has no baseline in ``bases``, and was measured well at
+    the baseline commit on this class, only with another python, torch or Triton, is
+    waiting for the baseline commit to be measured again where ``run`` was
+    (``baseline_remeasure.py`` plans that run). Paired runs and runs with an explicit
+    baseline run never ask: they name what they compare with.
+    """
+    if run.options.paired or run.options.baseline_run_id or not run.baseline_sha:
+        return None
+    uncompared = {
+        r.case_id: environment_class(r.record or {})
+        for r in run.results
+        if r.status == PASS_STATUS and r.case_id not in bases
+    }
+    if not uncompared:
+        return None
+    found = _baseline_commit_results(session, run)
+    if found is None:
+        return None
+    done, results = found
+    stale = Counter(
+        r.run_id
+        for r in results
+        if r.case_id in uncompared and r.status == PASS_STATUS and not _same_series(r, uncompared)
+    )
+    if not stale:
+        return None
+    return done[max(stale, key=lambda run_id: (stale[run_id], run_id))]
+
+
+def _baseline_commit_results(
+    session: Session, run: Run
+) -> tuple[dict[int, Run], list[Result]] | None:
+    """The baseline commit's finished runs on ``run``'s class and their measured results;
+    None while one of them (not a bisection step) is still measuring."""
     if not run.baseline_sha:
-        return {}
+        return {}, []
     runs = session.scalars(
         runs_of(run.repository_id, run.baseline_sha, run.device_class).where(
             Run.status != "cancelled", Run.id != run.id
@@ -58,19 +108,11 @@ def baseline_results(session: Session, run: Run) -> dict[str, Result] | None:
         return None
     done = {r.id: r for r in runs if r.status == "succeeded"}
     if not done:
-        return {}
-    results = [
-        r
-        for r in session.scalars(
-            select(Result).where(Result.run_id.in_(list(done)), Result.status != SKIP_STATUS)
-        )
-        if _same_series(r, own)
-    ]
-    chosen = pick(
-        Measured(r.case_id, authority(done[r.run_id]), r.run_id, r.status == PASS_STATUS, r)
-        for r in results
-    )
-    return {case_id: m.item for case_id, m in chosen.items()}
+        return done, []
+    results = session.scalars(
+        select(Result).where(Result.run_id.in_(list(done)), Result.status != SKIP_STATUS)
+    ).all()
+    return done, list(results)
 
 
 def _same_series(base: Result, own: dict[str, dict[str, str]]) -> bool:
@@ -87,4 +129,4 @@ def main_baseline_run(chosen: dict[str, Result]) -> int | None:
     return max(counts, key=lambda run_id: (counts[run_id], run_id))
 
 
-__all__ = ["baseline_results", "main_baseline_run"]
+__all__ = ["baseline_results", "main_baseline_run", "measured_elsewhere"]

@@ -73,6 +73,8 @@ def source_label(run: Run) -> str:
     """``push run 12`` / ``manual run 14``: where a case's answer came from."""
     kind = authority(run)
     what = f"{run.trigger} run" if kind == Authority.GATE else kind.label
+    if run.options.baseline_for is not None:
+        what = "baseline re-measure"
     return f"{what} {run.id}"
 
 

@@ -40,6 +40,17 @@ HISTORY_TRIGGERS = ("push", "nightly", "release", "manual", "backfill")
 CHANGEPOINT = "changepoint"  # the Regression kind of a step found in the history
 
 
+def environment_columns() -> tuple[Any, ...]:
+    """The parts of a result's environment class as columns of a query (JSON paths, so a
+    series read never loads whole records); :func:`row_environment` reads them back."""
+    return tuple(Result.record["environment"][k].as_string().label(k) for k in ENVIRONMENT_CLASS)
+
+
+def row_environment(row: Any) -> dict[str, str]:
+    """The environment class of a row selected with :func:`environment_columns`."""
+    return environment_class({"environment": {k: getattr(row, k) for k in ENVIRONMENT_CLASS}})
+
+
 def same_history(run: Run) -> tuple[ColumnElement[bool], ...]:
     """Conditions on ``Run`` for the runs whose measurements form ``run``'s history: the
     same repository and GPU class, branch triggers, succeeded."""
@@ -83,7 +94,7 @@ def scan_run(
             Result.median_s,
             Result.run_id,
             Result.record["device"]["uuid"].as_string().label("card"),
-            *(Result.record["environment"][k].as_string().label(k) for k in ENVIRONMENT_CLASS),
+            *environment_columns(),
         ).where(
             Result.run_id.in_(list(at)),
             Result.case_id.in_(case_ids),
@@ -97,8 +108,7 @@ def scan_run(
     own = {r.case_id: environment_class(r.record or {}) for r in run.results}
 
     def in_series(case_id: str, row: Any) -> bool:
-        named = {"environment": {k: getattr(row, k) for k in ENVIRONMENT_CLASS}}
-        return same_class(environment_class(named), own.get(case_id, {}))
+        return same_class(row_environment(row), own.get(case_id, {}))
 
     # one point per (case, commit): its composed answer's run (compose.py), as Trends draw it
     chosen = pick(

@@ -42,7 +42,12 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.models import Commit, Result, Run
 from kernelwatch.jobs.judging.bootstrap import Interval
-from kernelwatch.jobs.judging.history import HISTORY_TRIGGERS
+from kernelwatch.jobs.judging.history import (
+    HISTORY_TRIGGERS,
+    environment_columns,
+    row_environment,
+)
+from kernelwatch.kernels.record import environment_class, same_class
 from kernelwatch.kernels.verdict import CONFIDENCE, CPU_CLASS
 
 # sd of one run's median around its series' level on a GPU, at least (log scale)
@@ -103,8 +108,9 @@ def history_medians(
     session: Session, run: Run, case_ids: Iterable[str], *, exclude: Iterable[int] = ()
 ) -> dict[str, list[float]]:
     """Each case's medians over the last ``WINDOW`` branch runs (``SPREAD_TRIGGERS``) of
-    ``run``'s repository and GPU class up to ``run``'s baseline commit (oldest first),
-    leaving out the runs in ``exclude`` (the run being judged). The baseline's own run
+    ``run``'s repository, GPU class and environment class (its result's, per case) up to
+    ``run``'s baseline commit (oldest first), leaving out the runs in ``exclude`` (the
+    run being judged). The baseline's own run
     stays in: how it differs from the runs before it is the spread."""
     ids = list(dict.fromkeys(case_ids))
     if not ids:
@@ -131,19 +137,25 @@ def history_medians(
     if not order:
         return {}
     found = session.execute(
-        select(Result.case_id, Result.median_s, Result.run_id).where(
+        select(Result.case_id, Result.median_s, Result.run_id, *environment_columns()).where(
             Result.run_id.in_(list(order)),
             Result.case_id.in_(ids),
             Result.status == "pass",
             Result.median_s.is_not(None),
         )
     ).all()
-    rows = sorted(found, key=lambda row: order[row[2]])  # newest first
+    # a series holds one environment class (design.md): the runs before a torch upgrade
+    # on the workers are not this case's spread (the upgrade's step would widen every
+    # comparison after it)
+    own = {r.case_id: environment_class(r.record or {}) for r in run.results if r.case_id in ids}
+    rows = sorted(found, key=lambda row: order[row.run_id])  # newest first
     out: dict[str, list[float]] = {}
-    for case_id, median, _ in rows:
-        series = out.setdefault(case_id, [])
-        if median is not None and len(series) < WINDOW:
-            series.append(float(median))
+    for row in rows:
+        series = out.setdefault(row.case_id, [])
+        if not same_class(row_environment(row), own.get(row.case_id, {})):
+            continue
+        if row.median_s is not None and len(series) < WINDOW:
+            series.append(float(row.median_s))
     return {case_id: series[::-1] for case_id, series in out.items()}
 
 

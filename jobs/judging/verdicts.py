@@ -161,6 +161,8 @@ def _pending(run: Run, in_flight: Sequence[Run]) -> ClassVerdict:
         what = f"measuring on {run.worker}" if run.worker else "measuring"
     else:
         what = f"measured; waiting for baseline {(run.baseline_sha or '')[:7]}"
+        if run.options.baseline_remeasure is not None:  # its measurements were of another
+            what += f", measured again in this environment (run {run.options.baseline_remeasure})"
     return _make(run, "pending", what, in_flight=in_flight)
 
 
@@ -306,12 +308,12 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
             r for r in used if r.baseline_sha and not r.options.paired and r.baseline_run_id is None
         ]
         if unpaired_with_base and (compared == 0 or len(unpaired_with_base) == len(used)):
-            base = unpaired_with_base[-1].baseline_sha or ""
+            last = unpaired_with_base[-1]
             state = "error"
             verdict = RunVerdict.ERROR
             description = (
-                f"nothing compared: baseline {base[:12]} has no good measurement "
-                "in this class and environment"
+                f"nothing compared: baseline {(last.baseline_sha or '')[:12]} has no good "
+                f"measurement in this class and environment{_remeasured(session, last)}"
             )
         elif compared == 0 and not any(r.baseline_sha for r in used):
             description = f"first measurement: {len(picked)} cases, nothing to compare with"
@@ -331,6 +333,14 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
         telemetry=telemetry_counts(result.record for result, _ in picked),
         price=price_of(result.record for result, _ in picked),
     )
+
+
+def _remeasured(session: Session, run: Run) -> str:
+    """``" (measured again in run 12: error)"``: what became of the re-measure of a stale
+    baseline that ``run`` asked for (``baseline_remeasure.py``), or nothing."""
+    again = run.options.baseline_remeasure
+    other = session.get(Run, again) if again is not None else None
+    return "" if other is None else f" (measured again in run {other.id}: {other.status})"
 
 
 _ORDER = (*ORDER, NEW)

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.models import Run
-from kernelwatch.jobs.judging.analysis import analyze
-from kernelwatch.jobs.judging.verdicts import class_verdict
+from kernelwatch.db.models import Result, Run
+from kernelwatch.db.outbox import PendingSend
+from kernelwatch.jobs.judging.analysis import analyze, analyze_ready
+from kernelwatch.jobs.judging.verdicts import (
+    CommitVerdict,
+    class_verdict,
+    commit_verdict,
+    runs_of_commit,
+)
 from kernelwatch.kernels.record import environment_class, same_environment
-from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, SETTINGS, measured
+from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, SETTINGS, _samples, measured
 
 TORCH_OLD = {"python": "3.12.3", "torch": "2.11.0+cu130", "triton": "3.6.0"}
+UPGRADED = {**TORCH_OLD, "torch": "2.13.0+cu130"}
 
 
 def _run(session: Session, sha: str, median: float, env: dict[str, Any] | None) -> Run:
@@ -40,18 +48,97 @@ def test_the_class_is_python_minor_torch_and_triton() -> None:
     assert same_environment(env, {}) and environment_class({"environment": "x"}) == {}
 
 
+def _answer(session: Session, base: Run) -> CommitVerdict:
+    """The baseline commit's composed answer, as ``show`` and the PR comment read it."""
+    return commit_verdict(
+        session, "remlib", BASE, runs_of_commit(session, [base.repository_id], BASE)
+    )
+
+
+def _remeasure_done(session: Session, head: Run, median: float | None, env: dict[str, Any]) -> Run:
+    """The re-measure ``head`` asked for, ended as a worker would: measured in ``env``
+    (``median``), or failed (None); then judged as the worker ends a run."""
+    again = session.get(Run, head.options.baseline_remeasure)
+    assert again is not None
+    again.status = "succeeded" if median is not None else "failed"
+    if median is not None:
+        record = {"suite": "basic", "kernel": "softmax", "environment": env}
+        session.add(Result(run_id=again.id, case_id="c-soft", status="pass", median_s=median,
+                           samples=_samples(median, 7), record=record))  # fmt: skip
+    session.flush()
+    session.expire(again)
+    assert again in analyze_ready(session, again, SETTINGS)
+    session.flush()
+    return again
+
+
 def test_a_torch_upgrade_between_the_runs_is_not_called_the_librarys_regression(
     session: Session,
 ) -> None:
-    _run(session, BASE, 1.0e-4, TORCH_OLD)
-    upgraded = {**TORCH_OLD, "torch": "2.13.0+cu130"}
-    head = _run(session, HEAD, 1.2e-4, upgraded)  # 20 % slower: torch's doing, not the commit's
+    base = _run(session, BASE, 1.0e-4, TORCH_OLD)
+    head = measured(session, HEAD, 1.2e-4, {"environment": UPGRADED})
+    # 20 % slower: torch's doing, not the commit's; nothing to compare with in its class,
+    # so it waits for its baseline commit measured again where it was measured
+    assert not analyze(session, head, SETTINGS)
     (result,) = head.results
     assert result.verdict is None and result.baseline_result_id is None
+    again = session.get(Run, head.options.baseline_remeasure)
+    assert again is not None and (again.status, again.trigger) == ("queued", "manual")
+    assert again.commit_id == base.commit_id and again.baseline_sha is None
+    assert again.options.baseline_for == head.id and again.queue == head.queue
+    assert session.scalars(select(PendingSend.run_id)).all() == [
+        again.id
+    ]  # the reconciler sends it
     view = class_verdict(session, head)
-    assert view.state == "error" and "no good measurement in this class and environment" in (
+    assert view.state == "pending" and f"measured again in this environment (run {again.id})" in (
         view.description
     )
+    _remeasure_done(session, head, 1.0e-4, UPGRADED)
+    (result,) = head.results
+    assert head.verdict == "fail" and result.verdict == "regression"
+    assert result.baseline_result_id == again.results[0].id
+
+
+def test_an_unchanged_commit_after_the_upgrade_reads_unchanged(session: Session) -> None:
+    base = _run(session, BASE, 1.0e-4, TORCH_OLD)
+    answer = _answer(session, base)
+    head = measured(session, HEAD, 1.2e-4, {"environment": UPGRADED})
+    assert not analyze(session, head, SETTINGS)
+    again = _remeasure_done(session, head, 1.2e-4, UPGRADED)
+    assert head.verdict == "pass" and head.results[0].verdict == "unchanged"
+    assert again.verdict is not None  # judged (nothing to compare with), never waiting
+    # the re-measure is a manual run: the baseline commit's own answer is its gate run's
+    after = _answer(session, base)
+    assert [(c.state, c.description, c.runs) for c in after.classes] == [
+        (c.state, c.description, c.runs) for c in answer.classes
+    ]
+
+
+def test_a_failed_re_measure_is_asked_once_and_said(session: Session) -> None:
+    _run(session, BASE, 1.0e-4, TORCH_OLD)
+    head = measured(session, HEAD, 1.2e-4, {"environment": UPGRADED})
+    assert not analyze(session, head, SETTINGS)
+    again = _remeasure_done(session, head, None, UPGRADED)
+    assert head.verdict is not None and head.options.baseline_remeasure == again.id
+    assert session.scalars(select(func.count()).select_from(Run)).one() == 3  # no second ask
+    view = class_verdict(session, head)
+    assert (
+        view.state == "error"
+        and (
+            f"no good measurement in this class and environment (measured again in run {again.id}: "
+            "failed)"
+        )
+        in view.description
+    )
+
+
+def test_imported_records_never_ask(session: Session) -> None:
+    _run(session, BASE, 1.0e-4, TORCH_OLD)
+    head = measured(session, HEAD, 1.2e-4, {"environment": UPGRADED})
+    head.options = head.options.with_(imported_from="h200.jsonl")
+    assert analyze(session, head, SETTINGS)
+    assert head.options.baseline_remeasure is None
+    assert session.scalars(select(func.count()).select_from(Run)).one() == 2
 
 
 def test_the_same_environment_and_an_unnamed_one_still_compare(session: Session) -> None:

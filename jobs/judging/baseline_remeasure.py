@@ -1,0 +1,69 @@
+"""A baseline measured in another environment is measured again, where the run was.
+
+A series is (library, suite, case, GPU class, environment class: python, torch,
+Triton; design.md), so after the workers move to a new torch every push's baseline
+commit has measurements only of the old class, and its cases cannot be compared
+(``baselines.py``). Reading that as ``error`` ("nothing compared") on every push
+until someone re-measures the parent by hand is what the service did; here the run
+that finds its baseline stale asks for a run of its baseline commit on its own
+queue, waits for it as it waits for any baseline still measuring, and is judged
+when it ends (``analysis.analyze_ready``).
+
+The new run copies the stale baseline run's resolved snapshot (that commit's own
+recipe and suites, as the planner resolved them), with the suites of the run that
+waits. It is a manual run (``Authority.MANUAL``): below the baseline commit's own
+gate run, it never changes that commit's answer, and it has no baseline of its own,
+so it never asks for another. Each waiting run asks once
+(``RunOptions.baseline_remeasure``): if the re-measure lands in yet another
+environment, or fails, the run is judged with what there is, and says so. Imported
+records never ask: they were measured elsewhere, and no worker here reproduces their
+environment. The message is noted in the outbox in the judging transaction; the
+reconciler sends it (``jobs/planning/reconcile.py``, seconds), so the judging worker
+needs no broker of its own.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from kernelwatch.db import outbox
+from kernelwatch.db.models import Result, Run
+from kernelwatch.db.run_options import RunOptions
+from kernelwatch.jobs.judging.baselines import measured_elsewhere
+from kernelwatch.jobs.judging.compose import MANUAL_TRIGGER
+
+# What a copied snapshot must not carry over from the stale run: where it came from
+# and what happened to it.
+_NOT_COPIED = ("pr", "github", "requested", "joined", "imported_from", "records", "gate",
+               "bisection_id", "requeued_at", "requeues", "runner_log_tail", "judged_with",
+               "baseline_remeasure")  # fmt: skip
+
+
+def request(session: Session, run: Run, bases: dict[str, Result]) -> Run | None:
+    """The run planned to measure ``run``'s baseline commit again in ``run``'s
+    environment, or None when there is nothing to ask (see the module)."""
+    if run.options.baseline_remeasure is not None or run.options.imported_from is not None:
+        return None
+    stale = measured_elsewhere(session, run, bases)
+    if stale is None:
+        return None
+    kept = {k: v for k, v in stale.options.to_json().items() if k not in _NOT_COPIED}
+    again = Run(
+        repository_id=run.repository_id,
+        commit_id=stale.commit_id,
+        suites=list(run.suites),
+        trigger=MANUAL_TRIGGER,
+        status="queued",
+        baseline_sha=None,
+        device_class=run.device_class,
+        queue=run.queue,
+        options=RunOptions.parse({**kept, "baseline_for": run.id}),
+    )
+    session.add(again)
+    session.flush()
+    outbox.add(session, again.id, again.queue, again.trigger)
+    run.options = run.options.with_(baseline_remeasure=again.id)
+    return again
+
+
+__all__ = ["request"]
