@@ -138,6 +138,12 @@ class RunOptions(_Frozen):
         measurements of another environment class only (``baseline_remeasure.py``).
       baseline_remeasure: the run planned to measure this run's baseline commit again;
         a run asks once.
+      judged_late: the run's judgement waited for its baseline after its job ended, so
+        no worker re-measure confirmed its would-be regressions (``confirmation.py``).
+      confirms: the run measures again the would-be regressions of this run, judged
+        after its job ended (``confirmation.py``).
+      confirmation: the run planned to confirm this run's would-be regressions; a run
+        asks once.
     What was decided at planning:
       config: the resolved configuration (``ConfigNote``: suites, kernels, module, the
         install recipe of each side, what a pull request's file could not loosen).
@@ -172,6 +178,9 @@ class RunOptions(_Frozen):
     bisection_id: int | None = None
     baseline_for: int | None = None
     baseline_remeasure: int | None = None
+    judged_late: bool = False
+    confirms: int | None = None
+    confirmation: int | None = None
 
     config: ConfigNote | None = None
     requeued_at: str | None = None

@@ -416,6 +416,14 @@ def remeasure_of(record: Mapping[str, Any] | None) -> Remeasure | None:
         return Remeasure(status="error", error=f"unreadable re-measure: {exc}")
 
 
+def remeasure_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A case's record (as stored, JSON) as the re-measure of that case in another run:
+    its status, its timing where it passed, its error (``Remeasure``'s stored form)."""
+    status = str(record.get("status") or "error")
+    timing = record.get("timing") if status == "pass" else None
+    return {"status": status, "timing": timing, "error": str(record.get("error") or "")[:ERROR_MAX]}
+
+
 def telemetry_of(record: Mapping[str, Any] | None) -> TelemetryState | None:
     """Whether a stored record's GPU timing was watched by NVML; None if it had none.
 

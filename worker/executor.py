@@ -154,7 +154,7 @@ def execute(
             )
             # a run that picks its own kernels is not judged by the file's pick; one that
             # narrows by its own --case may leave a file's kernel without a case
-            narrowed = "--case" in run_options.bench_args
+            narrowed = any(a == "--case" or a.startswith("--case=") for a in run_options.bench_args)
             selected = () if narrowed else tuple(note.kernels or ())
             if run_options.paired and baseline_sha:
                 req = _paired_request(

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,7 +32,7 @@ from kernelwatch.db.config import Settings
 from kernelwatch.db.models import Result, Run
 from kernelwatch.db.store import json_safe
 from kernelwatch.jobs.judging.analysis import would_regress
-from kernelwatch.kernels.record import ERROR_MAX, Remeasure, ResultRecord
+from kernelwatch.kernels.record import ERROR_MAX, ResultRecord, remeasure_entry
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
 
 log = logging.getLogger(__name__)
@@ -65,30 +66,29 @@ def confirm(
     def keep(record: ResultRecord) -> None:
         if record.case_id in ids:
             seen.add(record.case_id)
-            patiently(lambda: _attach(factory, run_id, record.case_id, _of(record)))
+            entry = remeasure_entry(json_safe(record.to_dict()))
+            patiently(lambda: _attach(factory, run_id, record.case_id, entry))
 
     outcome = run_suite(again, on_record=keep)
-    missing = Remeasure("error", error=(outcome.aborted or "no record of it came back")[:ERROR_MAX])
+    why = outcome.aborted or "no record of it came back"
+    missing = {"status": "error", "timing": None, "error": why[:ERROR_MAX]}
     for case_id in ids:
         if case_id not in seen:
             patiently(partial(_attach, factory, run_id, case_id, missing))
     return ids
 
 
-def _of(record: ResultRecord) -> Remeasure:
-    timing = record.timing if record.status == "pass" else None
-    return Remeasure(status=record.status, timing=timing, error=record.error[:ERROR_MAX])
-
-
-def _attach(factory: sessionmaker[Session], run_id: int, case_id: str, again: Remeasure) -> None:
-    """Keep ``again`` in the stored record of the run's case (a new dict: JSON columns
-    see a change only when they are given a new value)."""
+def _attach(
+    factory: sessionmaker[Session], run_id: int, case_id: str, again: dict[str, Any]
+) -> None:
+    """Keep ``again`` (``record.remeasure_entry``) in the stored record of the run's case
+    (a new dict: JSON columns see a change only when they are given a new value)."""
     with factory() as session, session.begin():
         result = session.scalars(
             select(Result).where(Result.run_id == run_id, Result.case_id == case_id)
         ).first()
         if result is not None:
-            result.record = {**(result.record or {}), "remeasure": json_safe(asdict(again))}
+            result.record = {**(result.record or {}), "remeasure": again}
 
 
 def _without_skips(args: list[str]) -> list[str]:

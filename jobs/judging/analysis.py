@@ -30,6 +30,7 @@ from kernelwatch.db.models import Result, Run
 from kernelwatch.jobs.judging import (
     baseline_remeasure,
     bisect_trigger,
+    confirmation,
     history,
     problems,
     run_spread,
@@ -57,6 +58,8 @@ _FINDINGS = tuple(v.value for v in BLOCKING)
 def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
     """Judge ``run`` and every finished run that was waiting for it as a baseline."""
     judged = []
+    # a confirmation run's records become the re-measures of the run it confirms
+    confirmed = confirmation.attach(session, run) if run.options.confirms is not None else None
     if analyze(session, run, settings):
         judged.append(run)
         for step in history.scan_run(session, run, run_thresholds(run, settings).default):
@@ -74,13 +77,16 @@ def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
         for other in waiting:
             if other.id != run.id and analyze(session, other, settings):
                 judged.append(other)
+    if confirmed is not None and analyze(session, confirmed, settings):
+        judged.append(confirmed)
     for each in judged:  # a blocking verdict over several commits asks for a bisection
         bisect_trigger.on_judged(session, each)
     return judged
 
 
 def analyze(session: Session, run: Run, settings: Settings) -> bool:
-    """Fill verdicts of ``run``; False if it must wait for its baseline."""
+    """Fill verdicts of ``run``; False if it must wait: for its baseline, or for a run
+    that measures its baseline again or confirms its would-be regressions."""
     if run.status != "succeeded":
         run.verdict = RunVerdict.ERROR
         return True
@@ -89,10 +95,12 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         judged = [_paired(result, _threshold_of(thresholds, result)) for result in run.results]
     else:
         bases = baseline_results(session, run)
-        if bases is None:
+        if bases is None or baseline_remeasure.request(session, run, bases) is not None:
+            # its baseline commit is still measuring, or is measured again where it was
+            # measured: judged later, when no worker re-measure can come (``confirmation``)
+            if not run.options.judged_late:
+                run.options = run.options.with_(judged_late=True)
             return False
-        if baseline_remeasure.request(session, run, bases) is not None:
-            return False  # its baseline commit is measured again where it was measured
         # the run most of *this run's* cases were compared with: a baseline commit with a
         # whole-suite run and a later subset run (FlashInfer 0.5.3 on two cards, H200
         # 2026-12-04) has its whole suite's cases in ``bases`` too
@@ -111,6 +119,13 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
             )
             for result in run.results
         ]
+        unconfirmed = [
+            result.case_id
+            for result, judgement in zip(run.results, judged, strict=True)
+            if _counts(run, judgement.verdict, settings) and remeasure_of(result.record) is None
+        ]
+        if confirmation.request(session, run, unconfirmed) is not None:
+            return False  # judged after its job: its would-be regressions are measured again
     problems.forget_run(session, run, _FINDINGS)
     for result, judgement in zip(run.results, judged, strict=True):
         _store(result, judgement)
@@ -220,13 +235,17 @@ def would_regress(session: Session, run: Run, settings: Settings) -> list[str]:
         judged, _, _ = _once(
             result, bases.get(result.case_id), threshold, confidence, spreads[result.case_id]
         )
-        verdict = judged.verdict
-        gates = settings.cpu_timing_gates
-        if verdict == CaseVerdict.REGRESSION and not plumbing_only(
-            run.device_class, verdict, cpu_timings_gate=gates
-        ):
+        if _counts(run, judged.verdict, settings):
             found.append(result.case_id)
     return found
+
+
+def _counts(run: Run, verdict: CaseVerdict | None, settings: Settings) -> bool:
+    """Whether ``verdict`` is a regression that would count for ``run`` (not a CPU
+    timing that only checks the plumbing): what an independent re-measure must confirm."""
+    return verdict == CaseVerdict.REGRESSION and not plumbing_only(
+        run.device_class, verdict, cpu_timings_gate=settings.cpu_timing_gates
+    )
 
 
 def _paired(result: Result, threshold: float) -> Judgement:

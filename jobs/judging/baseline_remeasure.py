@@ -10,33 +10,22 @@ queue, waits for it as it waits for any baseline still measuring, and is judged
 when it ends (``analysis.analyze_ready``).
 
 The new run copies the stale baseline run's resolved snapshot (that commit's own
-recipe and suites, as the planner resolved them), with the suites of the run that
-waits. It is a manual run (``Authority.MANUAL``): below the baseline commit's own
-gate run, it never changes that commit's answer, and it has no baseline of its own,
-so it never asks for another. Each waiting run asks once
-(``RunOptions.baseline_remeasure``): if the re-measure lands in yet another
-environment, or fails, the run is judged with what there is, and says so. Imported
+recipe, as the planner resolved it), with the suites of the run that waits. It is a
+manual run: below the baseline commit's own gate run, it never changes that commit's
+answer, and it has no baseline of its own, so it never asks for another. Each waiting
+run asks once (``RunOptions.baseline_remeasure``): if the re-measure lands in yet
+another environment, or fails, the run is judged with what there is, and says so. Imported
 records never ask: they were measured elsewhere, and no worker here reproduces their
-environment. The message is noted in the outbox in the judging transaction; the
-reconciler sends it (``jobs/planning/reconcile.py``, seconds), so the judging worker
-needs no broker of its own.
+environment. The run is planned by ``follow_up.py``.
 """
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from kernelwatch.db import outbox
 from kernelwatch.db.models import Result, Run
-from kernelwatch.db.run_options import RunOptions
 from kernelwatch.jobs.judging.baselines import measured_elsewhere
-from kernelwatch.jobs.judging.compose import MANUAL_TRIGGER
-
-# What a copied snapshot must not carry over from the stale run: where it came from
-# and what happened to it.
-_NOT_COPIED = ("pr", "github", "requested", "joined", "imported_from", "records", "gate",
-               "bisection_id", "requeued_at", "requeues", "runner_log_tail", "judged_with",
-               "baseline_remeasure")  # fmt: skip
+from kernelwatch.jobs.judging.follow_up import plan_follow_up
 
 
 def request(session: Session, run: Run, bases: dict[str, Result]) -> Run | None:
@@ -47,21 +36,7 @@ def request(session: Session, run: Run, bases: dict[str, Result]) -> Run | None:
     stale = measured_elsewhere(session, run, bases)
     if stale is None:
         return None
-    kept = {k: v for k, v in stale.options.to_json().items() if k not in _NOT_COPIED}
-    again = Run(
-        repository_id=run.repository_id,
-        commit_id=stale.commit_id,
-        suites=list(run.suites),
-        trigger=MANUAL_TRIGGER,
-        status="queued",
-        baseline_sha=None,
-        device_class=run.device_class,
-        queue=run.queue,
-        options=RunOptions.parse({**kept, "baseline_for": run.id}),
-    )
-    session.add(again)
-    session.flush()
-    outbox.add(session, again.id, again.queue, again.trigger)
+    again = plan_follow_up(session, stale, run, run.suites, baseline_for=run.id)
     run.options = run.options.with_(baseline_remeasure=again.id)
     return again
 

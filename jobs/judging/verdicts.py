@@ -159,6 +159,8 @@ def _pending(run: Run, in_flight: Sequence[Run]) -> ClassVerdict:
         what = "queued"
     elif run.status == "running":
         what = f"measuring on {run.worker}" if run.worker else "measuring"
+    elif run.options.confirmation is not None:
+        what = f"measured; confirming its regressions in run {run.options.confirmation}"
     else:
         what = f"measured; waiting for baseline {(run.baseline_sha or '')[:7]}"
         if run.options.baseline_remeasure is not None:  # its measurements were of another

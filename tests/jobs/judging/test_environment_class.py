@@ -23,7 +23,7 @@ from kernelwatch.jobs.judging.verdicts import (
     runs_of_commit,
 )
 from kernelwatch.kernels.record import environment_class, same_environment
-from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, SETTINGS, _samples, measured
+from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, SETTINGS, _samples, _timing, measured
 
 TORCH_OLD = {"python": "3.12.3", "torch": "2.11.0+cu130", "triton": "3.6.0"}
 UPGRADED = {**TORCH_OLD, "torch": "2.13.0+cu130"}
@@ -55,21 +55,27 @@ def _answer(session: Session, base: Run) -> CommitVerdict:
     )
 
 
-def _remeasure_done(session: Session, head: Run, median: float | None, env: dict[str, Any]) -> Run:
-    """The re-measure ``head`` asked for, ended as a worker would: measured in ``env``
-    (``median``), or failed (None); then judged as the worker ends a run."""
-    again = session.get(Run, head.options.baseline_remeasure)
+def _ended(session: Session, run_id: int | None, median: float | None, env: dict[str, Any]) -> Run:
+    """A follow-up run the judgement asked for, ended as a worker would: measured in
+    ``env`` (``median``), or failed (None); then judged as the worker ends a run."""
+    again = session.get(Run, run_id)
     assert again is not None
     again.status = "succeeded" if median is not None else "failed"
     if median is not None:
-        record = {"suite": "basic", "kernel": "softmax", "environment": env}
+        record = {"suite": "basic", "kernel": "softmax", "status": "pass", "environment": env,
+                  "timing": _timing(median)}  # fmt: skip
         session.add(Result(run_id=again.id, case_id="c-soft", status="pass", median_s=median,
                            samples=_samples(median, 7), record=record))  # fmt: skip
     session.flush()
     session.expire(again)
-    assert again in analyze_ready(session, again, SETTINGS)
+    analyze_ready(session, again, SETTINGS)
     session.flush()
     return again
+
+
+def _remeasure_done(session: Session, head: Run, median: float | None, env: dict[str, Any]) -> Run:
+    """The re-measure of the baseline ``head`` asked for, ended (``_ended``)."""
+    return _ended(session, head.options.baseline_remeasure, median, env)
 
 
 def test_a_torch_upgrade_between_the_runs_is_not_called_the_librarys_regression(
@@ -94,6 +100,13 @@ def test_a_torch_upgrade_between_the_runs_is_not_called_the_librarys_regression(
         view.description
     )
     _remeasure_done(session, head, 1.0e-4, UPGRADED)
+    # judged after its job ended: its regression is measured again before it counts
+    confirming = session.get(Run, head.options.confirmation)
+    assert head.verdict is None and confirming is not None
+    assert confirming.options.confirms == head.id and confirming.commit_id == head.commit_id
+    assert "--case=c-soft" in confirming.options.bench_args
+    assert "confirming its regressions" in class_verdict(session, head).description
+    _ended(session, confirming.id, 1.2e-4, UPGRADED)
     (result,) = head.results
     assert head.verdict == "fail" and result.verdict == "regression"
     assert result.baseline_result_id == again.results[0].id
