@@ -22,11 +22,12 @@ from kernelwatch.db.models import Run
 from kernelwatch.db.run_options import RunOptions
 from kernelwatch.jobs.judging.compose import MANUAL_TRIGGER
 
-# What a copied snapshot must not carry over: where the run came from and what
-# happened to it.
+# What a copied snapshot must not carry over: where the run came from, what happened
+# to it, and what it was compared with (a follow-up is one commit, measured alone).
 _NOT_COPIED = ("pr", "github", "requested", "joined", "imported_from", "records", "gate",
                "bisection_id", "requeued_at", "requeues", "runner_log_tail", "judged_with",
-               "baseline_remeasure", "confirmation", "baseline_for", "confirms")  # fmt: skip
+               "baseline_remeasure", "confirmation", "baseline_for", "confirms",
+               "judged_late", "paired", "baseline_run_id")  # fmt: skip
 
 
 def plan_follow_up(

@@ -1,0 +1,33 @@
+"""A run the judgement asks for measures its commit alone, with that commit's recipe."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kernelwatch.db.outbox import PendingSend
+from kernelwatch.jobs.judging.follow_up import plan_follow_up
+from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, measured
+
+
+def test_a_follow_up_keeps_the_recipe_and_drops_where_its_model_came_from(
+    session: Session,
+) -> None:
+    like = measured(session, BASE, 1.0e-4)
+    like.options = like.options.with_(
+        paired=True, pr=7, gate=True, bench_args=["--kernel", "softmax"], impl="lib.ops",
+        judged_late=True, requeues=2, confirmation=99, baseline_run_id=3,
+    )  # fmt: skip
+    waiting = measured(session, HEAD, 1.0e-4, device_class="h200")
+    waiting.queue = "gpu.h200"
+    again = plan_follow_up(session, like, waiting, ["basic", "layers"], confirms=waiting.id)
+    kept = again.options
+    assert (kept.bench_args, kept.impl, kept.confirms) == (
+        ["--kernel", "softmax"], "lib.ops", waiting.id
+    )  # fmt: skip
+    assert not (kept.paired or kept.gate or kept.judged_late)
+    assert (kept.pr, kept.confirmation, kept.baseline_run_id) == (None, None, None)
+    assert kept.requeues == 0
+    assert (again.commit_id, again.trigger, again.baseline_sha) == (like.commit_id, "manual", None)
+    assert (again.queue, again.suites, again.status) == ("gpu.h200", ["basic", "layers"], "queued")
+    assert session.scalars(select(PendingSend.run_id)).all() == [again.id]
