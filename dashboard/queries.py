@@ -35,7 +35,7 @@ from kernelwatch.db.store import public_source
 from kernelwatch.db.triage import TriageEvent
 from kernelwatch.db.types import INT_MAX, JSONType
 from kernelwatch.jobs.judging import run_spread
-from kernelwatch.jobs.judging.compose import Authority, authority_of
+from kernelwatch.jobs.judging.compose import authority_of, source_word
 from kernelwatch.jobs.judging.history import CHANGEPOINT
 from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
 from kernelwatch.kernels.verdict import CaseVerdict
@@ -480,6 +480,8 @@ def trend(
             Run.trigger,
             options["gate"].as_boolean().label("gate"),
             options["bisection_id"].as_integer().label("bisection_id"),
+            options["baseline_for"].as_integer().label("baseline_for"),
+            options["confirms"].as_integer().label("confirms"),
             found.c.regression_id,
             found.c.kind.label("regression"),
             found.c.state.label("regression_state"),
@@ -502,14 +504,16 @@ def trend(
     df = _frame(engine, q)
     if df.empty:
         return df
+    # a bisection step or a follow-up run the judgement asked for (``RunOptions.follow_up``)
+    steps = df["bisection_id"].notna() | df["baseline_for"].notna() | df["confirms"].notna()
     kinds = [
-        authority_of(str(t), gate=bool(g) if pd.notna(g) else False, bisection=pd.notna(b))
-        for t, g, b in zip(df["trigger"], df["gate"], df["bisection_id"], strict=True)
+        authority_of(str(t), gate=bool(g) if pd.notna(g) else False, bisection=bool(b))
+        for t, g, b in zip(df["trigger"], df["gate"], steps, strict=True)
     ]
     df["authority"] = [int(k) for k in kinds]
     df["source"] = [
-        f"{t} run" if k == Authority.GATE else k.label
-        for t, k in zip(df["trigger"], kinds, strict=True)
+        source_word(str(t), k, baseline_for=pd.notna(b), confirms=pd.notna(c))
+        for t, k, b, c in zip(df["trigger"], kinds, df["baseline_for"], df["confirms"], strict=True)
     ]
     df["judged"] = df["verdict"].notna()
     df["valid"] = df["status"] != "skip"  # a skip is drawn only where nothing measured it
@@ -518,7 +522,8 @@ def trend(
         ["case_id", "sha", "valid", "authority", "judged", "run_id"], kind="stable"
     ).drop_duplicates(subset=["case_id", "sha"], keep="last")
     df = df.sort_values(["sequence", "committed_at", "run_id"], kind="stable")
-    return df.drop(columns=["gate", "bisection_id", "judged", "valid"]).reset_index(drop=True)
+    dropped = ["gate", "bisection_id", "baseline_for", "confirms", "judged", "valid"]
+    return df.drop(columns=dropped).reset_index(drop=True)
 
 
 def roofline(engine: Engine, run_id: int) -> pd.DataFrame:

@@ -220,6 +220,12 @@ class RunOptions(_Frozen):
         """A copy with ``changes``, validated like a new value."""
         return RunOptions.model_validate({**self.to_json(), **changes})
 
+    @property
+    def follow_up(self) -> bool:
+        """A run the judgement asked for (a baseline measured again, or a confirmation):
+        like a bisection step, it never gives its commit's answer (design.md)."""
+        return self.baseline_for is not None or self.confirms is not None
+
     def measurement(self) -> dict[str, Any]:
         """The options that decide what is measured, as stored (for dedup's key)."""
         return {k: v for k, v in self.to_json().items() if k in MEASUREMENT}

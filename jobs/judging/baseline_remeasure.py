@@ -11,8 +11,8 @@ when it ends (``analysis.analyze_ready``).
 
 The new run copies the stale baseline run's resolved snapshot (that commit's own
 recipe, as the planner resolved it), with the suites of the run that waits. It is a
-manual run: below the baseline commit's own gate run, it never changes that commit's
-answer, and it has no baseline of its own, so it never asks for another. Each waiting
+follow-up run: it never gives the baseline commit's answer, and it has no baseline of
+its own, so it never asks for another. Each waiting
 run asks once (``RunOptions.baseline_remeasure``): if the re-measure lands in yet
 another environment, or fails, the run is judged with what there is, and says so. Imported
 records never ask: they were measured elsewhere, and no worker here reproduces their

@@ -36,7 +36,7 @@ MANUAL_TRIGGER = "manual"
 class Authority(IntEnum):
     """How much a run's measurement of a case counts for its commit (higher wins)."""
 
-    BISECTION = 0  # a bisection's step or confirmation: never a commit's gate
+    BISECTION = 0  # a bisection's step or confirmation, a follow-up run: never a commit's gate
     MANUAL = 1  # kernelwatch run
     MANUAL_GATE = 2  # kernelwatch run --gate
     GATE = 3  # push, pull request, nightly, demo, import
@@ -64,17 +64,32 @@ def authority_of(trigger: str, *, gate: bool = False, bisection: bool = False) -
 
 
 def authority(run: Run) -> Authority:
-    return authority_of(
-        run.trigger, gate=run.options.gate, bisection=run.options.bisection_id is not None
-    )
+    options = run.options
+    step = options.bisection_id is not None or options.follow_up
+    return authority_of(run.trigger, gate=options.gate, bisection=step)
+
+
+def source_word(
+    trigger: str, kind: Authority, *, baseline_for: bool = False, confirms: bool = False
+) -> str:
+    """``push run`` / ``manual run`` / ``baseline re-measure``: what kind of run a
+    measurement came from (also for dashboard frames)."""
+    if baseline_for:
+        return "baseline re-measure"
+    if confirms:
+        return "confirmation re-measure"
+    return f"{trigger} run" if kind == Authority.GATE else kind.label
 
 
 def source_label(run: Run) -> str:
     """``push run 12`` / ``manual run 14``: where a case's answer came from."""
-    kind = authority(run)
-    what = f"{run.trigger} run" if kind == Authority.GATE else kind.label
-    if run.options.baseline_for is not None:
-        what = "baseline re-measure"
+    options = run.options
+    what = source_word(
+        run.trigger,
+        authority(run),
+        baseline_for=options.baseline_for is not None,
+        confirms=options.confirms is not None,
+    )
     return f"{what} {run.id}"
 
 
@@ -115,4 +130,5 @@ __all__ = [
     "authority_of",
     "pick",
     "source_label",
+    "source_word",
 ]

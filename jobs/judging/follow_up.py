@@ -4,10 +4,12 @@ Two rules of the judgement need a measurement the run does not have: a baseline
 measured only in another environment class (``baseline_remeasure.py``) and a
 regression judged after its job ended, with no independent re-measure
 (``confirmation.py``). Each plans a follow-up run here, in the judging transaction:
-a manual run (``Authority.MANUAL``: it never changes its commit's answer) with the
-resolved snapshot of a run of that commit (its own recipe, as the planner resolved
-it), on the queue of the run that waits, noted in the outbox so the reconciler sends
-it (``jobs/planning/reconcile.py``; the judging worker needs no broker of its own).
+a manual run marked as the follow-up it is (``RunOptions.follow_up``: it ranks with
+bisection steps, ``Authority.BISECTION``, and never gives its commit's answer;
+design.md), with the resolved snapshot of a run of that commit (its own recipe, as
+the planner resolved it), on the queue of the run that waits, noted in the outbox so
+the reconciler sends it (``jobs/planning/reconcile.py``; the judging worker needs no
+broker of its own).
 """
 
 from __future__ import annotations

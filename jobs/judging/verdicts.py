@@ -504,8 +504,9 @@ def full_sha(session: Session, repository_ids: Sequence[int], sha: str) -> str:
 
 def runs_of_commit(session: Session, repository_ids: Sequence[int], sha: str) -> list[Run]:
     """Runs that may speak for ``sha`` (a full sha or a unique prefix of 7+ characters):
-    every run of it but cancelled ones and bisection steps (``RunOptions.bisection_id``:
-    a step measures a commit against someone else's good build, never its gate answer).
+    every run of it but cancelled ones, bisection steps (``RunOptions.bisection_id``:
+    a step measures a commit against someone else's good build, never its gate answer)
+    and the follow-up runs a judgement asked for (``RunOptions.follow_up``).
     Which of them answers for which case is :func:`commit_verdict`'s composition."""
     q = (
         select(Run)
@@ -513,7 +514,11 @@ def runs_of_commit(session: Session, repository_ids: Sequence[int], sha: str) ->
         .where(Run.repository_id.in_(repository_ids), Run.status != "cancelled")
     )
     q = q.where(Commit.sha == sha) if len(sha) >= 40 else q.where(Commit.sha.startswith(sha))
-    return [r for r in session.scalars(q.order_by(Run.id)) if r.options.bisection_id is None]
+    return [
+        r
+        for r in session.scalars(q.order_by(Run.id))
+        if r.options.bisection_id is None and not r.options.follow_up
+    ]
 
 
 def repository_ids(session: Session, name: str) -> list[int]:

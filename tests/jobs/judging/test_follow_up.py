@@ -6,7 +6,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kernelwatch.db.outbox import PendingSend
+from kernelwatch.jobs.judging.compose import Authority, authority, source_label
 from kernelwatch.jobs.judging.follow_up import plan_follow_up
+from kernelwatch.jobs.judging.verdicts import runs_of_commit
 from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, measured
 
 
@@ -31,3 +33,16 @@ def test_a_follow_up_keeps_the_recipe_and_drops_where_its_model_came_from(
     assert (again.commit_id, again.trigger, again.baseline_sha) == (like.commit_id, "manual", None)
     assert (again.queue, again.suites, again.status) == ("gpu.h200", ["basic", "layers"], "queued")
     assert session.scalars(select(PendingSend.run_id)).all() == [again.id]
+
+
+def test_a_follow_up_never_gives_its_commits_answer(session: Session) -> None:
+    """design.md: confirmation re-measures never change a commit's gate."""
+    like = measured(session, BASE, 1.0e-4)
+    waiting = measured(session, HEAD, 1.0e-4)
+    again = plan_follow_up(session, like, waiting, ["basic"], baseline_for=waiting.id)
+    confirming = plan_follow_up(session, waiting, waiting, ["basic"], confirms=waiting.id)
+    assert authority(again) == authority(confirming) == Authority.BISECTION
+    assert [r.id for r in runs_of_commit(session, [like.repository_id], BASE)] == [like.id]
+    assert [r.id for r in runs_of_commit(session, [like.repository_id], HEAD)] == [waiting.id]
+    assert source_label(again) == f"baseline re-measure {again.id}"
+    assert source_label(confirming) == f"confirmation re-measure {confirming.id}"
