@@ -56,14 +56,13 @@ _FINDINGS = tuple(v.value for v in BLOCKING)
 
 
 def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
-    """Judge ``run`` and every finished run that was waiting for it as a baseline."""
+    """Judge ``run``, every finished run that was waiting for it as a baseline, and the
+    run it confirms; scan each judged run's history."""
     judged = []
     # a confirmation run's records become the re-measures of the run it confirms
     confirmed = confirmation.attach(session, run) if run.options.confirms is not None else None
     if analyze(session, run, settings):
         judged.append(run)
-        for step in history.scan_run(session, run, run_thresholds(run, settings).default):
-            bisect_trigger.on_change_point(session, step)  # a step over several commits
     if run.commit is not None:
         waiting = session.scalars(
             select(Run).where(
@@ -79,8 +78,12 @@ def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
                 judged.append(other)
     if confirmed is not None and analyze(session, confirmed, settings):
         judged.append(confirmed)
-    for each in judged:  # a blocking verdict over several commits asks for a bisection
-        bisect_trigger.on_judged(session, each)
+    for each in judged:
+        # the history's second signal for every run judged here, late ones too (a run
+        # that waited for its baseline was never scanned: its steps were found a run late)
+        for step in history.scan_run(session, each, run_thresholds(each, settings).default):
+            bisect_trigger.on_change_point(session, step)  # a step over several commits
+        bisect_trigger.on_judged(session, each)  # a blocking verdict over several commits
     return judged
 
 

@@ -156,3 +156,22 @@ def test_the_same_step_inside_one_environment_is_found(session: Session) -> None
     runs = _history(session, _levels(random.Random(7), 12, 12, 0.04), torches=torches)
     found = scan_run(session, runs[-1], min_effect=0.01)
     assert [(r.kind, r.run_id) for r in found] == [("changepoint", runs[12].id)]
+
+
+def test_a_run_judged_after_its_baseline_ended_is_scanned_too(session: Session) -> None:
+    """The run that completes a step's evidence waited for its baseline: it is scanned
+    when it is judged, not left for the next run to find the step."""
+    # with these draws the step at run 10 is found from the 7th point after it on
+    runs = _history(session, _levels(random.Random(3), 10, 7, 0.04))
+    last, before = runs[-1], runs[-2]
+    assert before.commit is not None
+    last.baseline_sha = before.commit.sha
+    before.status = "running"  # still measuring when the last run ended
+    session.flush()
+    assert analyze_ready(session, last, Settings()) == []  # waits, nothing scanned
+    assert session.scalars(select(Regression)).all() == []
+    before.status = "succeeded"
+    session.flush()
+    assert last in analyze_ready(session, before, Settings())
+    found = [tuple(row) for row in session.execute(select(Regression.kind, Regression.run_id))]
+    assert found == [("changepoint", runs[10].id)]
