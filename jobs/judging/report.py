@@ -107,6 +107,13 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
     extra: dict[str, Any] = {}
     if run.options.bisection_id is not None:  # a step of a bisection names it
         extra["bisection"] = _bisection(session, run.options.bisection_id)
+    if run.options.follow_up:  # a run the judgement of another asked for names that run
+        extra["follow_up"] = {
+            "kind": "baseline_remeasure"
+            if run.options.baseline_for is not None
+            else "confirmation",
+            "of_run": run.options.baseline_for or run.options.confirms,
+        }
     answer = answer_for(session, run)
     if answer is not None:  # the commit's composed answer, which this run may be part of
         extra["commit_answer"] = {
@@ -266,6 +273,14 @@ def format_run(summary: dict[str, Any]) -> str:
             + (f", culprit {str(b['culprit'])[:12]}" if b.get("culprit") else "")
             + "): never this commit's gate result"
         )
+    f = summary.get("follow_up")
+    if f:
+        what = (
+            f"the baseline of run {f['of_run']}, measured again in its environment"
+            if f["kind"] == "baseline_remeasure"
+            else f"run {f['of_run']}'s would-be regressions, measured again to confirm them"
+        )
+        lines.append(f"  {what}: never this commit's gate result")
     if summary["message"]:
         lines.append(f"  {summary['message']}")
     price = summary.get("price")

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.outbox import PendingSend
 from kernelwatch.jobs.judging.compose import Authority, authority, source_label
 from kernelwatch.jobs.judging.follow_up import plan_follow_up
+from kernelwatch.jobs.judging.report import format_run, run_summary
 from kernelwatch.jobs.judging.verdicts import runs_of_commit
 from tests.jobs.judging.test_remeasure_rule import BASE, HEAD, measured
 
@@ -46,3 +47,15 @@ def test_a_follow_up_never_gives_its_commits_answer(session: Session) -> None:
     assert [r.id for r in runs_of_commit(session, [like.repository_id], HEAD)] == [waiting.id]
     assert source_label(again) == f"baseline re-measure {again.id}"
     assert source_label(confirming) == f"confirmation re-measure {confirming.id}"
+
+
+def test_show_names_what_a_follow_up_is_for(session: Session) -> None:
+    like = measured(session, BASE, 1.0e-4)
+    waiting = measured(session, HEAD, 1.0e-4)
+    again = plan_follow_up(session, like, waiting, ["basic"], baseline_for=waiting.id)
+    confirming = plan_follow_up(session, waiting, waiting, ["basic"], confirms=waiting.id)
+    shown = format_run(run_summary(session, again))
+    assert f"the baseline of run {waiting.id}, measured again in its environment" in shown
+    summary = run_summary(session, confirming)
+    assert summary["follow_up"] == {"kind": "confirmation", "of_run": waiting.id}
+    assert "would-be regressions, measured again to confirm them" in format_run(summary)
