@@ -261,6 +261,8 @@ class SideError(RuntimeError):
 
     details: what the side's exception carried besides its message (its
     ``details`` attribute, e.g. the errors of a failed correctness check).
+    also: the other sides' errors of the same command (``_receive_all`` raises the
+    first, candidates' first; a baseline that failed its check too is among these).
     """
 
     def __init__(
@@ -273,6 +275,7 @@ class SideError(RuntimeError):
         super().__init__(message)
         self.remote, self.side = remote, side
         self.details: dict[str, Any] = details or {}
+        self.also: list[SideError] = []
 
 
 # ``PairedResult.stop_reason`` of a comparison whose screen left more than half its
@@ -1097,7 +1100,10 @@ def _receive_all(
             # (LayerNorm's 16 on the H200 logged nothing for 320 s, §15d)
             log.info("%s %s in %.1f s", side.name, cmd, time.perf_counter() - began)
     if failures:
-        raise failures[0]
+        raised = failures[0]
+        if isinstance(raised, SideError):
+            raised.also = [f for f in failures[1:] if isinstance(f, SideError)]
+        raise raised
     return replies[: len(first)], replies[len(first) :]
 
 

@@ -95,6 +95,7 @@ from kernelwatch.kernels.record import (
     ResultRecord,
     Timing,
     case_id,
+    check_errors,
     library_fields,
 )
 from kernelwatch.kernels.runner import (
@@ -111,6 +112,7 @@ from kernelwatch.kernels.verdict import (
     BLOCKING,
     ERROR_STATUS,
     FAIL_STATUS,
+    NOTE_STILL_BROKEN,
     NOTE_UNMEASURED,
     ORDER,
     PASS_STATUS,
@@ -1033,6 +1035,12 @@ def _side_failed(record: ResultRecord, paired: PairedSection, exc: SideError) ->
         record.status = FAIL_STATUS
         record.error = remote.split(":", 1)[-1].strip()
         record.correctness = correctness_of(exc.details)
+        # the baseline failed the same check on the same inputs: how broken it was
+        # decides whether the candidate broke anything (``verdict.still_broken``)
+        also = [o for o in exc.also if _broken(o) and _role(o.side) == "A"]
+        if also:
+            paired.baseline_correctness = correctness_of(also[0].details)
+            baseline = FAIL_STATUS
     elif _broken(exc):
         record.status = PASS_STATUS  # no timing: a fix is not a time comparison
         paired.baseline_correctness = correctness_of(exc.details)
@@ -1041,8 +1049,11 @@ def _side_failed(record: ResultRecord, paired: PairedSection, exc: SideError) ->
     else:
         record.status = ERROR_STATUS
         record.error = f"{'candidate' if role == 'B' else 'baseline'}: {remote}"
-    judged = judge_case(record.status, baseline)
+    errors = (check_errors(paired.baseline_correctness), check_errors(record.correctness))
+    judged = judge_case(record.status, baseline, errors=errors)
     paired.verdict = str(judged.verdict) if judged.verdict is not None else None
+    if judged.detail == NOTE_STILL_BROKEN:
+        paired.note = NOTE_STILL_BROKEN
     return _as_dict(record, paired)
 
 

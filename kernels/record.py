@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -403,6 +404,24 @@ def paired_section(record: Mapping[str, Any] | None) -> PairedSection | None:
     """
     data = (record or {}).get("paired")
     return None if data is None else PairedSection.from_dict(data)
+
+
+def check_errors(correctness: Correctness | Mapping[str, Any] | None) -> dict[str, float]:
+    """A check's error measures (``Correctness.errors``) as numbers; a stored null (a NaN
+    or an infinity, ``db.store.json_safe``) reads as NaN, an error that is not finite."""
+    if isinstance(correctness, Correctness):
+        errors: Any = correctness.errors
+    else:
+        errors = (correctness or {}).get("errors")
+    if not isinstance(errors, Mapping):
+        return {}
+    out: dict[str, float] = {}
+    for name, value in errors.items():
+        if value is None:
+            out[str(name)] = math.nan
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[str(name)] = float(value)
+    return out
 
 
 def remeasure_of(record: Mapping[str, Any] | None) -> Remeasure | None:

@@ -274,6 +274,7 @@ SKIP_STATUS: Final = "skip"
 # Why a case has no verdict, or what its verdict rests on, in words people read.
 NOTE_NEW = "no baseline measurement of this case: nothing to compare with"
 NOTE_BASELINE_BROKEN = "baseline was broken: a fix is not a time comparison"
+NOTE_STILL_BROKEN = "broken before this change too, its error no worse: not this change's doing"
 NOTE_BASELINE_UNMEASURED = "baseline has no time for this case ({status}): nothing to compare with"
 NOTE_SKIPPED = "skipped"
 NOTE_UNMEASURED = "not measured: the run's GPU budget was spent"
@@ -315,6 +316,7 @@ def judge_case(
     paired: bool = False,
     measured: CaseVerdict | str | None = None,
     measured_at: float | None = None,
+    errors: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
 ) -> Judgement:
     """THE verdict of one case from both sides' statuses, its interval and threshold.
 
@@ -324,9 +326,15 @@ def judge_case(
     ``measured`` (two stages, accuracy included) stands unless the case's threshold
     differs from the one it was measured at (``measured_at``) or the measurement was
     throttled: then the interval is judged again here. Throttled (``reliable`` false)
-    is never a regression or an improvement.
+    is never a regression or an improvement. ``errors``: the baseline's and the
+    candidate's check errors (``Correctness.errors``); a candidate that fails its check
+    where the baseline failed it too, with an error no worse (:func:`still_broken`), is
+    ``unchanged``: a change that leaves a broken kernel as broken as it was (a docs-only
+    pull request on a broken main) is not blocked for it.
     """
     if candidate == FAIL_STATUS:
+        if baseline == FAIL_STATUS and errors is not None and still_broken(*errors):
+            return Judgement(CaseVerdict.UNCHANGED, detail=NOTE_STILL_BROKEN)
         return Judgement(CaseVerdict.BROKEN, detail="correctness check failed")
     if candidate == ERROR_STATUS:
         return Judgement(CaseVerdict.ERROR, detail="the case raised or crashed")
@@ -586,6 +594,21 @@ def accuracy_verdict(
     )
 
 
+def still_broken(baseline: Mapping[str, float], candidate: Mapping[str, float]) -> bool:
+    """Whether a candidate that failed its check is no worse than a baseline that failed
+    it too: every compared error within the accuracy margin (:func:`accuracy_verdict`),
+    and at least one compared. A candidate error that is not finite where the baseline's
+    is, or errors that cannot be compared, are a new breakage (``broken``)."""
+    for name in ACCURACY_MEASURES:
+        cand, base = candidate.get(name), baseline.get(name)
+        if cand is None or base is None:
+            continue
+        if not math.isfinite(float(cand)) and math.isfinite(float(base)):
+            return False
+    decision = accuracy_verdict(baseline, candidate)
+    return bool(decision.growth) and not decision.blocking
+
+
 def confirm_accuracy(first: CaseVerdict, second: CaseVerdict) -> CaseVerdict:
     """``confirm`` for accuracy: ``less_accurate`` stands only if the re-check agrees.
 
@@ -632,6 +655,7 @@ __all__ = [
     "ERROR_STATUS",
     "FAIL_STATUS",
     "NOTE_BASELINE_BROKEN",
+    "NOTE_STILL_BROKEN",
     "NOTE_BASELINE_UNMEASURED",
     "NOTE_NEW",
     "NOTE_SKIPPED",
@@ -653,6 +677,7 @@ __all__ = [
     "AccuracyDecision",
     "accuracy_verdict",
     "confirm_accuracy",
+    "still_broken",
     "excluded_effect",
     "BLOCKING",
     "COMPARED",

@@ -38,9 +38,15 @@ from kernelwatch.jobs.judging import (
 from kernelwatch.jobs.judging.baselines import baseline_results, main_baseline_run
 from kernelwatch.jobs.judging.comparison import compare
 from kernelwatch.jobs.library.repoconfig import Thresholds
-from kernelwatch.kernels.record import PairedSection, paired_section, remeasure_of
+from kernelwatch.kernels.record import (
+    PairedSection,
+    check_errors,
+    paired_section,
+    remeasure_of,
+)
 from kernelwatch.kernels.verdict import (
     BLOCKING,
+    FAIL_STATUS,
     PASS_STATUS,
     CaseVerdict,
     Judgement,
@@ -190,8 +196,13 @@ def _once(
         once.high,
         threshold,
         reliable=once.reliable,
+        errors=None if base is None else (_errors(base), _errors(result)),
     )
     return judged, once, p_value
+
+
+def _errors(result: Result) -> dict[str, float]:
+    return check_errors((result.record or {}).get("correctness"))
 
 
 @dataclass(frozen=True)
@@ -260,9 +271,10 @@ def _paired(result: Result, threshold: float) -> Judgement:
     paired = paired_section(result.record) or PairedSection()
     result.baseline_result_id = None
     result.p_value = None
+    base = paired.baseline_correctness  # the baseline's check on the same inputs
     return judge_case(
         result.status,
-        None,
+        FAIL_STATUS if base is not None and not base.passed else None,
         _num(paired.ratio),
         _num(paired.ci_low),
         _num(paired.ci_high),
@@ -271,6 +283,7 @@ def _paired(result: Result, threshold: float) -> Judgement:
         paired=True,
         measured=paired.verdict,
         measured_at=_num(paired.min_effect),
+        errors=(check_errors(base), check_errors((result.record or {}).get("correctness"))),
     )
 
 

@@ -22,8 +22,10 @@ from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict
 from kernelwatch.kernels.record import price_of, remeasure_of, telemetry_counts, telemetry_of
 from kernelwatch.kernels.units import ratio_text
 from kernelwatch.kernels.verdict import (
+    FAIL_STATUS,
     MOVED,
     NOTE_BASELINE_BROKEN,
+    NOTE_STILL_BROKEN,
     NOTE_UNCONFIRMED,
     PASS_STATUS,
     CaseVerdict,
@@ -155,6 +157,8 @@ def _price(rows: Sequence[Any]) -> dict[str, Any] | None:
 
 def _note(run: Run, result: Result, base_status: str | None) -> str:
     """Why a measured case has no comparison (or what its verdict rests on), in words."""
+    if result.status == FAIL_STATUS and result.verdict == CaseVerdict.UNCHANGED:
+        return NOTE_STILL_BROKEN  # failed as its baseline did (``verdict.still_broken``)
     if result.status != PASS_STATUS or run.options.paired:
         return ""
     if result.verdict == CaseVerdict.UNCHANGED and base_status == "fail":

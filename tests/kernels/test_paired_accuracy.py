@@ -24,6 +24,7 @@ from kernelwatch.kernels.paired_suite import main as bench_paired
 from kernelwatch.kernels.telemetry import blocks_reliable
 from kernelwatch.kernels.verdict import (
     ACCURACY_MARGIN,
+    NOTE_STILL_BROKEN,
     CaseVerdict,
     accuracy_verdict,
     confirm_accuracy,
@@ -365,3 +366,27 @@ def test_a_side_environment_must_be_a_json_object_of_strings(tmp_path: Path) -> 
         with pytest.raises(SystemExit) as exc:
             bench_paired([*base, "--out", str(tmp_path / "o"), "--candidate-env", bad])
         assert exc.value.code == 2
+
+
+# wrong by far more than WRONG's 5 %: the same bug made worse
+WORSE = WRONG.replace("* 1.05", "* 1.5")
+
+
+def test_a_kernel_broken_on_both_sides_as_before_is_not_this_changes_doing(
+    tmp_path: Path,
+) -> None:
+    """A docs-only pull request on a broken main: both sides fail the same check on the
+    same inputs with the same error, and the candidate is not blocked for it."""
+    record = _paired(tmp_path, WRONG, WRONG)
+    paired = record["paired"]
+    assert record["status"] == "fail"  # still broken, and the record says so
+    assert paired["verdict"] == "unchanged" and paired["note"] == NOTE_STILL_BROKEN
+    base, cand = paired["baseline_correctness"]["errors"], record["correctness"]["errors"]
+    assert not paired["baseline_correctness"]["passed"] and base == cand
+
+
+def test_a_broken_kernel_made_worse_is_broken(tmp_path: Path) -> None:
+    record = _paired(tmp_path, WRONG, WORSE)
+    paired = record["paired"]
+    assert record["status"] == "fail" and paired["verdict"] == "broken"
+    assert not paired["baseline_correctness"]["passed"]
