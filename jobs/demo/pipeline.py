@@ -248,6 +248,7 @@ def _report(
                     "status": brief["status"],
                     "verdict": brief["verdict"],
                     "device_class": brief["device_class"],
+                    "cpu_timings_gate": brief["cpu_timings_gate"],
                     "moved": brief["moved"],
                 }
             )
@@ -280,8 +281,10 @@ def format_report(report: dict[str, Any]) -> str:
         "",
     ]
     for e in report["commits"]:
-        lines.append(f"  {e['sha'][:10]}  {e['verdict'] or '-':<5}  {e['message']}")
-        lines += moved_lines(e["moved"], e.get("device_class", ""))
+        lines.append(
+            f"  {e['sha'][:10]}  run {e['run']:<4} {e['verdict'] or '-':<5}  {e['message']}"
+        )
+        lines += moved_lines(e["moved"], e.get("device_class", ""), e.get("cpu_timings_gate"))
     lines.append("")
     for label, key in (("slow commit", "slow_commits"), ("broken commit", "broken_commits")):
         shas = report[key]

@@ -78,7 +78,7 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
         sources = sorted({m.source for m in c.moved if m.source})
         if len(sources) > 1:  # a composed answer: say which run each case came from
             lines.append(f"    from {', '.join(sources)}")
-        words = [verdict_label(c.device_class, m.verdict) for m in c.moved]
+        words = [verdict_label(c.device_class, m.verdict, c.cpu_timings_gate) for m in c.moved]
         w = max(12, *(len(word) for word in words))  # CPU labels are longer
         lines.append(
             f"    {'verdict':<{w}} {'ratio':>18} {'interval':>16} "
@@ -253,7 +253,7 @@ def _moved_table(c: ClassVerdict) -> list[str]:
         note = f" ({_md(_clip(m.error, 300))})" if m.error else ""
         if m.run_id is not None and m.run_id != c.run_id:
             note += f" · from {_md(m.source or f'run {m.run_id}')}"
-        word = verdict_label(c.device_class, m.verdict)
+        word = verdict_label(c.device_class, m.verdict, c.cpu_timings_gate)
         rows.append(
             f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
             f"{note} | {fmt_ratio(m)} | {fmt_interval(m)} | "

@@ -106,6 +106,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
             }
         )
     commit = run.commit
+    judged = run.options.judged_with
     extra: dict[str, Any] = {}
     if run.options.bisection_id is not None:  # a step of a bisection names it
         extra["bisection"] = _bisection(session, run.options.bisection_id)
@@ -136,6 +137,8 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "verdict": run.verdict,
         "worker": run.worker,
         "device_class": run.device_class,
+        # whether CPU timings gated where the run was judged (None: not recorded)
+        "cpu_timings_gate": judged.cpu_timings_gate if judged is not None else None,
         "trigger": run.trigger,
         "error": run.error,
         "started": run.started.isoformat() if run.started else None,
@@ -186,6 +189,7 @@ def run_brief(session: Session, run: Run) -> dict[str, Any]:
     moved or broke (ratio, interval, error), plus every case in brief (``--json``)."""
     summary = run_summary(session, run)
     dc = run.device_class
+    gates = summary["cpu_timings_gate"]
     cases = [
         {
             "case_id": c["case_id"],
@@ -198,7 +202,7 @@ def run_brief(session: Session, run: Run) -> dict[str, Any]:
             "median_s": c["median_s"],
             "error": c["error"],
             "note": c["note"],
-            "plumbing_only": plumbing_only(dc, c["verdict"] or ""),
+            "plumbing_only": plumbing_only(dc, c["verdict"] or "", gates),
         }
         for c in summary["cases"]
     ]
@@ -214,6 +218,7 @@ def run_brief(session: Session, run: Run) -> dict[str, Any]:
         "status": run.status,
         "verdict": run.verdict,
         "device_class": dc,
+        "cpu_timings_gate": gates,
         "error": run.error or "",
         "moved": moved,
         "cases": cases,
@@ -228,15 +233,18 @@ def format_briefs(briefs: list[dict[str, Any]]) -> str:
             f"run {b['id']:>5}  {str(b['commit'] or '')[:10]}  {b['status']:<10} "
             f"{b['verdict'] or '-':<8} {b['message'][:60]}"
         )
-        lines += moved_lines(b["moved"], b["device_class"])
+        lines += moved_lines(b["moved"], b["device_class"], b["cpu_timings_gate"])
         if b["error"] and b["status"] != "succeeded":
             lines += error_lines(b["error"], "      ")
     return "\n".join(lines)
 
 
-def moved_lines(moved: list[dict[str, Any]], device_class: str) -> list[str]:
-    """``regression  rmsnorm  1.942× [1.900, 1.980] (+94.2 %)  rows=4096`` per moved case."""
-    words = [verdict_label(device_class, m["verdict"]) for m in moved]
+def moved_lines(
+    moved: list[dict[str, Any]], device_class: str, gates: bool | None = None
+) -> list[str]:
+    """``regression  rmsnorm  1.942× [1.900, 1.980] (+94.2 %)  rows=4096`` per moved case
+    (``gates``: whether CPU timings gated where the run was judged, ``plumbing_only``)."""
+    words = [verdict_label(device_class, m["verdict"], gates) for m in moved]
     width = max([12, *(len(w) for w in words)])
     out = []
     for m, word in zip(moved, words, strict=True):
@@ -312,7 +320,8 @@ def format_run(summary: dict[str, Any]) -> str:
         med = f"{c['median_s'] * 1e3:.3f} ms" if c["median_s"] else "-"
         lo, hi = c["ratio_ci"] or (None, None)
         ratio = ratio_text(c["ratio"], lo, hi) if c["ratio"] else "-"
-        if c["ratio"] and plumbing_only(str(summary.get("device_class", "")), c["verdict"] or ""):
+        dc, gates = str(summary.get("device_class", "")), summary.get("cpu_timings_gate")
+        if c["ratio"] and plumbing_only(dc, c["verdict"] or "", gates):
             ratio += "  CPU: plumbing only"
         lines.append(
             f"  {c['kernel']:<10} {c['status']:<6} {c['verdict'] or '-':<12} {med:>11}  {ratio}"

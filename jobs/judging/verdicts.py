@@ -114,6 +114,9 @@ class ClassVerdict:
     telemetry_timed: int = 0
     # the paired cases' coverage and GPU seconds (issue 25: a pull request's price)
     price: Price = field(default_factory=Price)
+    # whether CPU timings gated where the speaking run was judged (None: not recorded):
+    # the labels of moved cases follow it (``verdict_label``)
+    cpu_timings_gate: bool | None = None
 
     @property
     def final(self) -> bool:
@@ -199,6 +202,7 @@ def _make(
     in_flight: Sequence[Run] = (),
     telemetry: dict[str, int] | None = None,
     price: Price | None = None,
+    cpu_timings_gate: bool | None = None,
 ) -> ClassVerdict:
     tele = telemetry or {}
     return ClassVerdict(
@@ -220,6 +224,7 @@ def _make(
         telemetry_off=tele.get("off", 0),
         telemetry_timed=tele.get("off", 0) + tele.get("live", 0),
         price=price or Price(),
+        cpu_timings_gate=cpu_timings_gate,
     )
 
 
@@ -334,6 +339,7 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
         in_flight=waiting,
         telemetry=telemetry_counts(result.record for result, _ in picked),
         price=price_of(result.record for result, _ in picked),
+        cpu_timings_gate=gates_cpu,
     )
 
 
@@ -539,10 +545,14 @@ def repository_ids(session: Session, name: str) -> list[int]:
     return sorted(ids)
 
 
-def plumbing_only(device_class: str, verdict: str) -> bool:
-    """Whether a case's verdict is a CPU timing (``kernels.verdict.plumbing_only``), with
-    this process's ``KW_CPU_TIMING_GATES``."""
-    return _plumbing_only(device_class, verdict, cpu_timings_gate=_cpu_timings_gate())
+def plumbing_only(device_class: str, verdict: str, gates: bool | None = None) -> bool:
+    """Whether a case's verdict is a CPU timing (``kernels.verdict.plumbing_only``).
+
+    ``gates``: the judging worker's ``KW_CPU_TIMING_GATES`` as the run recorded it
+    (``RunOptions.judged_with``), so a label agrees with the verdict it sits beside; None
+    (a run judged before that was recorded): this process's setting."""
+    gate = _cpu_timings_gate() if gates is None else gates
+    return _plumbing_only(device_class, verdict, cpu_timings_gate=gate)
 
 
 def _cpu_timings_gate() -> bool:
@@ -551,10 +561,11 @@ def _cpu_timings_gate() -> bool:
     return get_settings().cpu_timing_gates
 
 
-def verdict_label(device_class: str, verdict: str) -> str:
+def verdict_label(device_class: str, verdict: str, gates: bool | None = None) -> str:
     """The verdict word as tables print it: ``slower on CPU (plumbing only)`` for a CPU
-    regression, the word itself elsewhere."""
-    if not plumbing_only(device_class, verdict):
+    regression that did not gate (``gates``: as in :func:`plumbing_only`), the word
+    itself elsewhere."""
+    if not plumbing_only(device_class, verdict, gates):
         return verdict
     return cpu_word(verdict)
 

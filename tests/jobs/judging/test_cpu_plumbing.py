@@ -120,3 +120,27 @@ def test_a_wrong_kernel_on_the_cpu_fails_whatever_the_setting(
     # the whole error, wrapped under its case, not cut at 60 characters
     assert "x" * 90 in table.replace("\n", "").replace(" ", "")
     assert all(len(line) <= 110 for line in table.splitlines())
+
+
+@pytest.mark.parametrize("judged_gates", [False, True])
+def test_the_labels_follow_the_setting_the_run_was_judged_with(
+    session: Session, monkeypatch: pytest.MonkeyPatch, judged_gates: bool
+) -> None:
+    """A worker judged with one ``KW_CPU_TIMING_GATES``, ``gate`` and ``show`` read with the
+    other: the label beside the verdict said the opposite of it ("FAIL" over a row
+    "slower on CPU (plumbing only)", "PASS" over a bare "regression")."""
+    run = _cpu_run(session, _record("softmax", "pass", "regression", 1.5))
+    assert analyze(session, run, Settings(cpu_timing_gates=judged_gates))
+    monkeypatch.setenv("KW_CPU_TIMING_GATES", "0" if judged_gates else "1")  # the reader's
+    get_settings.cache_clear()
+    cv = class_verdict(session, run)
+    assert cv.state == ("failure" if judged_gates else "success")
+    verdict = CommitVerdict("o/lib", "c" * 40, (cv,))
+    shown = format_gate(verdict), render_comment(verdict, dashboard_url="http://x")
+    run_text = format_run(run_summary(session, run))
+    if judged_gates:
+        assert not any("plumbing only" in text for text in (*shown, run_text))
+    else:
+        assert all("slower on CPU (plumbing only)" in text for text in shown)
+        assert "CPU: plumbing only" in run_text
+    get_settings.cache_clear()
