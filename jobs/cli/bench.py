@@ -14,8 +14,10 @@ cases (``bench``: 0 all passed or skipped, 1 a wrong result, 2 an error;
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kernelwatch.jobs.cli.exit_codes import MEANING, Exit, fail, for_answer, for_case_statuses
 
@@ -31,6 +33,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ):
         b = sub.add_parser(name, help=what, add_help=False)
         b.add_argument("rest", nargs=argparse.REMAINDER, help="the runner's arguments")
+
+
+def out_problem(out: str | None) -> str:
+    """Why ``--out`` cannot be written, before a case is measured (a missing folder was a
+    ``FileNotFoundError`` traceback after the whole suite ran); "" when it can."""
+    if not out or out == "-":
+        return ""
+    folder = Path(out).expanduser().parent
+    if not folder.is_dir():
+        return f"--out {out}: the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"--out {out}: the folder {folder} is not writable"
+    return ""
 
 
 def main(argv: Sequence[str]) -> int:
@@ -54,6 +69,7 @@ def main(argv: Sequence[str]) -> int:
         unknown_suites(args.suite or [])
         or unknown_kernels(args.suite or ["basic"], args.kernel or [])
         or device_problem(args.device)
+        or out_problem(args.out)
     )
     if unknown:
         return fail(NAME, unknown)
@@ -79,7 +95,11 @@ def main_paired(argv: Sequence[str]) -> int:
     from kernelwatch.kernels.verdict import run_verdict
 
     args = parse_args(argv)
-    unknown = unknown_suites(args.suite) or unknown_kernels(args.suite, args.kernel or [])
+    unknown = (
+        unknown_suites(args.suite)
+        or unknown_kernels(args.suite, args.kernel or [])
+        or out_problem(args.out)
+    )
     if unknown:
         return fail(PAIRED, unknown)
     quiet_case_markers()

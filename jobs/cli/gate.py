@@ -110,6 +110,16 @@ def answer(
         return found
 
 
+def _nothing_yet(factory: sessionmaker[Session], repo: str, sha: str) -> str:
+    """``no runs of abc123 in o/lib yet``, and whether ``repo`` is known here at all."""
+    from kernelwatch.jobs.judging.verdicts import repository_ids
+
+    with factory() as session:
+        known = bool(repository_ids(session, repo))
+    said = f"no runs of {sha[:12]} in {repo} yet"
+    return said if known else f"{said} (no repository of that name is known here: a typo?)"
+
+
 def current(
     factory: sessionmaker[Session], repo: str, sha: str, tracker: RunProgress | None = None
 ) -> CommitVerdict:
@@ -143,6 +153,10 @@ def gate(
     tracker = RunProgress(progress if wait else None, f"runs of {sha[:12]}")
     deadline = time.monotonic() + timeout_s
     found = answer(factory, repo, sha, tracker)
+    if wait and found.overall == "none" and progress is not None:
+        # a typo in --repo waited silently for the whole timeout (an hour by default)
+        print(f"kernelwatch gate: {_nothing_yet(factory, repo, sha)}; waiting up to "
+              f"{timeout_s:.0f} s", file=progress, flush=True)  # fmt: skip
     while wait and found.overall in ("pending", "none") and time.monotonic() < deadline:
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
         found = answer(factory, repo, sha, tracker)

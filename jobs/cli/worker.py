@@ -48,9 +48,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def handle(args: argparse.Namespace) -> int:
+    from kernelwatch.jobs.cli.common import settings
     from kernelwatch.jobs.planning.broker import worker_argv
     from kernelwatch.jobs.planning.queues import local_device_class, queue_for
 
+    # the settings fail fast here, in one line, before Celery is exec'd: a bad
+    # KW_DATABASE_URL was Celery's 32-line "Unable to load celery application"
+    settings()
     if args.multi_gpu and not args.per_gpu:
         print("kernelwatch worker: --multi-gpu needs --per-gpu", file=sys.stderr)
         return 2

@@ -101,6 +101,11 @@ def detect(
     if n < 2 * min_segment:
         return []
 
+    # the detector is scale-free; its squared deviations are not: 1e200 squared is inf,
+    # and inf - inf a NaN cost (a first-hour review fed it 8 x 1e200 then 8 x 2e200)
+    peak = float(np.max(np.abs(x)))
+    if peak > 1e100:
+        x = x / peak
     cuts = _split(x, alpha, min_segment)
     cuts = _locate(x, cuts, min_segment)
     cuts = _merge(x, cuts, alpha, min_effect, min_segment)

@@ -53,11 +53,18 @@ def test_a_bad_database_url_is_one_line_that_says_what_to_write(url: str, says: 
     assert "Traceback" not in out.stderr
 
 
-def test_the_dashboard_refuses_bad_settings_at_start_like_every_command() -> None:
-    """It served pages that each failed on a bad KW_DATABASE_URL (an audit, 2026-12-05)."""
-    out = run_cli("dashboard", "--port", "1", env={"KW_DATABASE_URL": "notaurl"}, timeout=60)
+@pytest.mark.parametrize(
+    "command", [("dashboard", "--port", "1"), ("worker",), ("worker", "--per-gpu")]
+)
+def test_long_running_commands_refuse_bad_settings_at_start_like_every_command(
+    command: tuple[str, ...],
+) -> None:
+    """The dashboard served pages that each failed on a bad KW_DATABASE_URL (an audit,
+    2026-12-05); the worker exec'd Celery, whose 32-line traceback said "Unable to load
+    celery application" (a first-hour review, 2026-12-05)."""
+    out = run_cli(*command, env={"KW_DATABASE_URL": "notaurl"}, timeout=60)
     assert out.returncode == 2
-    assert one_line(out.stderr).startswith("kernelwatch dashboard: KW_DATABASE_URL: not a URL")
+    assert one_line(out.stderr).startswith(f"kernelwatch {command[0]}: KW_DATABASE_URL: not a URL")
 
 
 def test_an_unknown_suite_is_one_line_with_a_did_you_mean(tmp_path: Path) -> None:
@@ -230,3 +237,13 @@ def test_make_demo_installs_without_the_dev_tools() -> None:
     runtime = makefile[makefile.index("$(STAMP): ") : makefile.index("$(DEV_STAMP): ")]
     assert "[dev]" not in runtime and '-e ".[dev]"' in makefile
     assert "\ntest: install-dev check\n" in makefile
+
+
+def test_an_out_file_in_a_missing_folder_is_refused_before_anything_runs() -> None:
+    """It was a FileNotFoundError traceback after the suite ran (a first-hour review)."""
+    out = run_cli("bench", "--suite", "basic", "--out", "/nonexistent/dir/r.jsonl", timeout=120)
+    assert out.returncode == 2
+    assert one_line(out.stderr) == (
+        "kernelwatch bench: --out /nonexistent/dir/r.jsonl: the folder /nonexistent/dir "
+        "does not exist"
+    )

@@ -7,6 +7,7 @@ the rendered PR comment and gate table are pinned by golden files in tests/jobs/
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -180,6 +181,24 @@ def test_gate_wait_times_out_with_2(factory: sessionmaker[Session]) -> None:
         == 2
     )
     assert "timed out" in out[-1]
+
+
+@pytest.mark.parametrize(
+    ("repo", "says"),
+    [
+        ("acme/kernels", f"no runs of {'9' * 12} in acme/kernels yet; waiting up to 0 s"),
+        ("acme/kernles", "(no repository of that name is known here: a typo?)"),
+    ],
+)
+def test_gate_wait_with_no_runs_says_so_at_once(
+    factory: sessionmaker[Session], repo: str, says: str
+) -> None:
+    """A typo in --repo waited an hour without a word (a first-hour review)."""
+    seed(factory)
+    progress = io.StringIO()
+    code = gate(factory, repo, "9" * 40, wait=True, timeout_s=0.2, poll_s=0.1, out=print,
+                progress=progress)  # fmt: skip
+    assert code == 2 and says in progress.getvalue()
 
 
 def test_regression_in_one_class_beats_an_error_in_another(

@@ -309,3 +309,11 @@ def test_json_invalid_input_is_rejected(payload: object, message: str) -> None:
 def test_detect_invalid_arguments(values: object, kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         detect(values, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("level", [1e200, 1e307])
+def test_huge_values_are_a_step_like_any_other(level: float) -> None:
+    """Squared deviations of 1e200 overflowed to a NaN cost and an IndexError."""
+    (found,) = detect([level] * 8 + [1.7 * level] * 8)
+    assert found.index == 8 and found.direction == "regression"
+    assert found.magnitude == pytest.approx(0.7)
