@@ -106,7 +106,7 @@ from kernelwatch.kernels.runner import (
     random_seed,
     selected_cases,
 )
-from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite
+from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, unknown_suites
 from kernelwatch.kernels.units import ratio_text, seconds_text
 from kernelwatch.kernels.verdict import (
     BLOCKING,
@@ -448,7 +448,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours = logging.getLogger("kernelwatch.kernels")  # not the libraries' own loggers
     ours.addHandler(progress)
     ours.setLevel(logging.INFO)
-    run(parse_args(argv))
+    args = parse_args(argv)
+    unknown = unknown_suites(args.suite)  # as the runner says it (``runner.main``)
+    if unknown:
+        print(f"kernelwatch paired runner: {unknown}", file=sys.stderr)
+        return 2
+    run(args)
     return 0
 
 

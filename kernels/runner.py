@@ -38,7 +38,7 @@ from kernelwatch.kernels.record import (
     case_id,
     library_fields,
 )
-from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names
+from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_names, unknown_suites
 from kernelwatch.kernels.timing import TimerConfig, measure
 
 CASE_MARKER = "KW-CASE-START"
@@ -115,6 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         print("\n".join(suite_names()))
         return 0
+    # a suite a library's .kernelwatch.toml names may be a plugin of that library, known
+    # only here, in its environment: an unknown one is one line, not a KeyError traceback
+    unknown = unknown_suites(args.suite or [])
+    if unknown:
+        print(f"kernelwatch runner: {unknown}", file=sys.stderr)
+        return 2
     bench(args)
     return 0
 
