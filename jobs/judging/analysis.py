@@ -101,7 +101,7 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
         return True
     thresholds = run_thresholds(run, settings)
     if run.options.paired:
-        judged = [_paired(result, _threshold_of(thresholds, result)) for result in run.results]
+        judged = [_paired(result, case_threshold(thresholds, result)) for result in run.results]
     else:
         bases = baseline_results(session, run)
         if bases is None or baseline_remeasure.request(session, run, bases) is not None:
@@ -122,7 +122,7 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
             _unpaired(
                 result,
                 bases.get(result.case_id),
-                _threshold_of(thresholds, result),
+                case_threshold(thresholds, result),
                 confidence,
                 spreads[result.case_id],
             )
@@ -245,7 +245,7 @@ def would_regress(session: Session, run: Run, settings: Settings) -> list[str]:
     spreads = run_spread.case_spreads(session, run)
     found = []
     for result in run.results:
-        threshold = _threshold_of(thresholds, result)
+        threshold = case_threshold(thresholds, result)
         judged, _, _ = _once(
             result, bases.get(result.case_id), threshold, confidence, spreads[result.case_id]
         )
@@ -340,7 +340,8 @@ def run_thresholds(run: Run, settings: Settings) -> Thresholds:
     return Thresholds.from_options(default, run.options.thresholds)
 
 
-def _threshold_of(thresholds: Thresholds, result: Result) -> float:
+def case_threshold(thresholds: Thresholds, result: Result) -> float:
+    """The minimum effect ``result``'s case is judged at (per case, per suite, default)."""
     record = result.record or {}
     label = result.case.label if result.case is not None else ""
     return thresholds.for_case(str(record.get("suite", "")), str(record.get("kernel", "")), label)

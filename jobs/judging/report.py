@@ -17,7 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
 from kernelwatch.db.bisect import Bisection
+from kernelwatch.db.config import get_settings
 from kernelwatch.db.models import Case, Result, Run
+from kernelwatch.jobs.judging.analysis import case_threshold, run_thresholds
 from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
 from kernelwatch.kernels.record import price_of, remeasure_of, telemetry_counts, telemetry_of
 from kernelwatch.kernels.units import ratio_text
@@ -82,6 +84,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
     ).all()
     cases = []
     telemetry = telemetry_counts([row[0].record for row in rows])
+    thresholds = run_thresholds(run, get_settings())
     for result, case, base_status, base_run in rows:
         if not all_cases and result.verdict not in MOVED:
             continue
@@ -103,6 +106,8 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
                 "error": result.error,
                 "baseline_run": base_run,
                 "note": _note(run, result, base_status),
+                # the minimum effect the case is judged at (``.kernelwatch.toml``, default)
+                "min_effect": case_threshold(thresholds, result),
             }
         )
     commit = run.commit
@@ -140,6 +145,9 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         # whether CPU timings gated where the run was judged (None: not recorded)
         "cpu_timings_gate": judged.cpu_timings_gate if judged is not None else None,
         "trigger": run.trigger,
+        "min_effect": thresholds.default,
+        # the run's own runner arguments (--kernel, --case): what selected its cases
+        "selection": list(run.options.bench_args),
         "error": run.error,
         "started": run.started.isoformat() if run.started else None,
         "finished": run.finished.isoformat() if run.finished else None,
@@ -182,6 +190,18 @@ def _note(run: Run, result: Result, base_status: str | None) -> str:
             "compare with"
         )
     return f"the baseline's measurement of this case is {base_status}: nothing to compare with"
+
+
+def _pct(effect: float) -> str:
+    """``1 %``, ``0.5 %``, ``100 %``: a minimum effect as people write it."""
+    return f"{effect * 100:.3g} %"
+
+
+def _other_effects(summary: dict[str, Any]) -> str:
+    """`` (some cases at 2 %, 5 %)`` where per-suite or per-case thresholds differ."""
+    effects = {c["min_effect"] for c in summary["cases"] if c.get("min_effect") is not None}
+    others = sorted(effects - {summary["min_effect"]})
+    return f" (some cases at {', '.join(_pct(e) for e in others)})" if others else ""
 
 
 def run_brief(session: Session, run: Run) -> dict[str, Any]:
@@ -315,7 +335,14 @@ def format_run(summary: dict[str, Any]) -> str:
         lines.append("  error:")
         lines += error_lines(summary["error"], "    ")
     if summary["cases"]:
+        # a verdict is read against its threshold: ``unchanged`` at 1.22x is right at 100 %
+        if summary.get("min_effect") is not None:
+            lines.append(f"  judged at a minimum effect of {_pct(summary['min_effect'])}"
+                         + _other_effects(summary))  # fmt: skip
         lines.append(f"  {'kernel':<10} {'status':<6} {'verdict':<12} {'median':>11}  ratio")
+    elif summary["status"] == "succeeded":  # a --case or --kernel that matched nothing
+        picked = " ".join(summary.get("selection") or []) or "none"
+        lines.append(f"  no cases measured: the suites selected none (its selection: {picked})")
     for c in summary["cases"]:
         med = f"{c['median_s'] * 1e3:.3f} ms" if c["median_s"] else "-"
         lo, hi = c["ratio_ci"] or (None, None)
@@ -323,6 +350,10 @@ def format_run(summary: dict[str, Any]) -> str:
         dc, gates = str(summary.get("device_class", "")), summary.get("cpu_timings_gate")
         if c["ratio"] and plumbing_only(dc, c["verdict"] or "", gates):
             ratio += "  CPU: plumbing only"
+        if c["ratio"] and c.get("min_effect", summary.get("min_effect")) != summary.get(
+            "min_effect"
+        ):
+            ratio += f"  (at {_pct(c['min_effect'])})"
         lines.append(
             f"  {c['kernel']:<10} {c['status']:<6} {c['verdict'] or '-':<12} {med:>11}  {ratio}"
         )

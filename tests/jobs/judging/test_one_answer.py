@@ -29,7 +29,7 @@ from kernelwatch.db.models import (
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
 from kernelwatch.jobs.github.render import format_gate, render_comment
 from kernelwatch.jobs.judging.analysis import analyze
-from kernelwatch.jobs.judging.report import format_briefs, run_brief
+from kernelwatch.jobs.judging.report import format_briefs, format_run, run_brief, run_summary
 from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
 from kernelwatch.kernels.verdict import NOTE_BASELINE_BROKEN, CaseVerdict, judge_case
 
@@ -335,6 +335,10 @@ def test_a_run_that_measured_nothing_is_never_green_unless_nothing_applied(
     assert cls.description == "no cases measured: the suites selected none"
     comment = render_comment(verdict, dashboard_url="http://x")
     assert "### kernelwatch: ⚪ neutral: no cases measured: the suites selected none" in comment
+    # ``show`` of that run says it too, with what selected (it printed no case and no reason)
+    empty.options = empty.options.with_(bench_args=["--case", "zzz*"])
+    shown = format_run(run_summary(session, empty))
+    assert "no cases measured: the suites selected none (its selection: --case zzz*)" in shown
 
     skipped = _run(session, 3, (), baseline=2, trigger="push", device_class="a100")
     session.add(Result(run_id=skipped.id, case_id=CASES["rmsnorm"], status="skip",
