@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, InconclusivePolicy
@@ -87,12 +87,14 @@ class Settings(BaseSettings):
 
     @field_validator("database_url", "broker_url")
     @classmethod
-    def _known_scheme(cls, value: str | None) -> str | None:
+    def _known_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None or value == "":
             return None
         scheme = value.split(":", 1)[0]
         if not scheme or "://" not in value and not value.startswith("sqlite:"):
-            raise ValueError(f"not a URL: {masked(value)!r} (e.g. {_URL_EXAMPLES})")
+            # each variable with its own examples: a broker is not a database
+            examples = _BROKER_EXAMPLES if info.field_name == "broker_url" else _URL_EXAMPLES
+            raise ValueError(f"not a URL: {masked(value)!r} (e.g. {examples})")
         return value
 
     @field_validator("database_url")
@@ -148,6 +150,7 @@ class Settings(BaseSettings):
 
 
 _URL_EXAMPLES = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB or sqlite:////PATH/kernelwatch.db"
+_BROKER_EXAMPLES = "redis://HOST:6379/0, or unset for the embedded broker in the data directory"
 
 
 def masked(url: str) -> str:

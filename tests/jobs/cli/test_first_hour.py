@@ -247,3 +247,12 @@ def test_an_out_file_in_a_missing_folder_is_refused_before_anything_runs() -> No
         "kernelwatch bench: --out /nonexistent/dir/r.jsonl: the folder /nonexistent/dir "
         "does not exist"
     )
+
+
+def test_a_bad_broker_url_is_shown_broker_examples() -> None:
+    """It was shown database URLs as examples (a first-hour review)."""
+    out = run_cli("show", "1", env={"KW_BROKER_URL": "notaurl"}, timeout=120)
+    assert out.returncode == 2
+    line = one_line(out.stderr)
+    assert "KW_BROKER_URL: not a URL: 'notaurl' (e.g. redis://HOST:6379/0" in line
+    assert "postgresql" not in line
