@@ -502,8 +502,9 @@ class Price:
     def decided(self) -> int:
         return self.cases - self.undecided
 
-    def text(self) -> str:
-        """``41 of 43 cases decided, 2 neutral; GPU time 1.2 min (1.7 s a case)``."""
+    def text(self, device_class: str = "") -> str:
+        """``41 of 43 cases decided, 2 neutral; GPU time 1.2 min (1.7 s a case)``; on the
+        ``cpu`` class the time is the CPU's (no GPU was held)."""
         if not self.cases:
             return ""
         out = f"{self.decided} of {self.cases} cases decided"
@@ -513,7 +514,8 @@ class Price:
                 out += f" ({self.unmeasured} not measured: GPU budget spent)"
         if self.gpu_s:
             total = f"{self.gpu_s / 60:.1f} min" if self.gpu_s >= 60 else f"{self.gpu_s:.1f} s"
-            out += f"; GPU time {total} ({self.gpu_s / self.cases:.1f} s a case)"
+            held = "CPU time" if device_class.lower() == "cpu" else "GPU time"
+            out += f"; {held} {total} ({self.gpu_s / self.cases:.1f} s a case)"
         return out
 
 

@@ -28,7 +28,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "moved. Exit 0 when it ran.",
     )
     d.add_argument("--json", action="store_true", help="the report as JSON")
-    d.add_argument("--workdir", help="where to create the demo repository (default: a temp dir)")
+    d.add_argument(
+        "--workdir",
+        help="where to create the demo repository (default: demo/ in the "
+        "data directory, KW_DATA_DIR)",
+    )
     d.add_argument("--no-worker", action="store_true", help="use already running workers")
     d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     d.add_argument(

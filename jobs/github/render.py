@@ -65,7 +65,7 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
         lines.append(f"  {c.device_class:<12} {c.state:<8} {c.run_id:>6}  {c.description}")
     for c in verdict.classes:
         if c.price.cases:  # a paired (gated) answer's coverage and GPU time
-            lines.append(f"  {c.device_class}: {c.price.text()}")
+            lines.append(f"  {c.device_class}: {c.price.text(c.device_class)}")
     for c in verdict.classes:
         if c.telemetry_off:
             lines.append(
@@ -173,7 +173,7 @@ def render_comment(
     priced = [c for c in verdict.classes if c.price.cases]
     if priced:
         out.append("")
-        out += [f"`{_md(c.device_class)}`: {_md(c.price.text())}." for c in priced]
+        out += [f"`{_md(c.device_class)}`: {_md(c.price.text(c.device_class))}." for c in priced]
     for c in verdict.classes:
         if c.telemetry_off:
             text = no_telemetry_text(c.telemetry_off, c.telemetry_timed)

@@ -154,16 +154,16 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         # GPU timings NVML watched (live) or not (off); both 0 on a CPU run
         "telemetry": telemetry,
         # a paired run's coverage and GPU seconds (kernels.record.Price), else None
-        "price": _price(rows),
+        "price": _price(rows, run.device_class),
         "cases": cases,
     }
 
 
-def _price(rows: Sequence[Any]) -> dict[str, Any] | None:
+def _price(rows: Sequence[Any], device_class: str) -> dict[str, Any] | None:
     price = price_of(row[0].record for row in rows)
     if not price.cases:
         return None
-    return {**asdict(price), "decided": price.decided, "text": price.text()}
+    return {**asdict(price), "decided": price.decided, "text": price.text(device_class)}
 
 
 def _note(run: Run, result: Result, base_status: str | None) -> str:

@@ -49,6 +49,8 @@ def test_the_price_counts_decided_and_neutral_cases_and_their_gpu_seconds() -> N
         "GPU time 40.5 s (10.1 s a case)"
     )
     assert Price().text() == ""
+    # on the CPU class no GPU was held: the time is the CPU's (a first-hour review)
+    assert price.text("cpu").endswith("CPU time 40.5 s (10.1 s a case)")
 
 
 def test_a_case_the_budget_left_unmeasured_is_inconclusive_not_skipped() -> None:
