@@ -343,11 +343,12 @@ def format_run(summary: dict[str, Any]) -> str:
     elif summary["status"] == "succeeded":  # a --case or --kernel that matched nothing
         picked = " ".join(summary.get("selection") or []) or "none"
         lines.append(f"  no cases measured: the suites selected none (its selection: {picked})")
+    # once, not per case: the class and the judging setting every row's label reads
+    dc, gates = str(summary.get("device_class", "")), summary.get("cpu_timings_gate")
     for c in summary["cases"]:
         med = f"{c['median_s'] * 1e3:.3f} ms" if c["median_s"] else "-"
         lo, hi = c["ratio_ci"] or (None, None)
         ratio = ratio_text(c["ratio"], lo, hi) if c["ratio"] else "-"
-        dc, gates = str(summary.get("device_class", "")), summary.get("cpu_timings_gate")
         if c["ratio"] and plumbing_only(dc, c["verdict"] or "", gates):
             ratio += "  CPU: plumbing only"
         if c["ratio"] and c.get("min_effect", summary.get("min_effect")) != summary.get(
