@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -143,7 +144,16 @@ def test_a_new_users_first_session(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert gates["unchanged"].returncode == 0, gates["unchanged"].stdout
     assert "regression" not in gates["unchanged"].stdout
     assert gates["slow"].returncode == 0, gates["slow"].stdout
-    assert "slower on CPU (plumbing only)" in gates["slow"].stdout, gates["slow"].stdout
+    # six times the work reads slower; on a machine loaded by another suite a side's
+    # blocks can spread over whole factors and leave it inconclusive (seen once:
+    # 3.381x [0.303, 37.755]); either way it is slower by its point estimate, labelled
+    # plumbing only, and the gate above passed
+    slow_rows = [ln for ln in gates["slow"].stdout.splitlines() if "softmax" in ln]
+    assert slow_rows, gates["slow"].stdout
+    for row in slow_rows:
+        assert re.search(r"(slower|inconclusive) on CPU \(plumbing only\)", row), row
+        ratio = re.search(r"(\d+(?:\.\d+)?)\u00d7", row)
+        assert ratio is not None and float(ratio.group(1)) > 1.0, row
     assert gates["wrong"].returncode == 1, gates["wrong"].stdout
     assert "broken" in gates["wrong"].stdout and "softmax" in gates["wrong"].stdout
 
