@@ -110,7 +110,7 @@ def create_app(
             lock = pass_lock(
                 settings.broker_url, settings.data_dir, "reconcile", reconcile.interval_s
             )
-            threads.append(ReconcilerThread(session_factory, celery_app, reconcile, lock))
+            threads.append(ReconcilerThread(session_factory, celery_app, reconcile, lock, settings))
             # bisections advance where runs are kept alive (jobs/planning/bisect_driver.py)
             threads.append(BisectThread(session_factory, settings, celery_app))
         for thread in threads:

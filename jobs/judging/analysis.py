@@ -70,14 +70,22 @@ def analyze_ready(session: Session, run: Run, settings: Settings) -> list[Run]:
     if analyze(session, run, settings):
         judged.append(run)
     if run.commit is not None:
+        # locked, in id order, re-read: two processes ending two runs of the baseline
+        # commit at once judge each waiting run once, and the second sees what the first
+        # decided (a follow-up it planned), not the row it read before (PostgreSQL
+        # re-checks the filter after the wait: a run judged meanwhile drops out)
         waiting = session.scalars(
-            select(Run).where(
+            select(Run)
+            .where(
                 Run.repository_id == run.repository_id,
                 Run.baseline_sha == run.commit.sha,
                 Run.verdict.is_(None),
                 Run.status == "succeeded",
                 Run.device_class == run.device_class,
             )
+            .order_by(Run.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
         )
         for other in waiting:
             if other.id != run.id and analyze(session, other, settings):
@@ -133,7 +141,9 @@ def analyze(session: Session, run: Run, settings: Settings) -> bool:
             for result, judgement in zip(run.results, judged, strict=True)
             if _counts(run, judgement.verdict, settings) and remeasure_of(result.record) is None
         ]
-        if confirmation.request(session, run, unconfirmed) is not None:
+        if confirmation.pending(session, run) or (
+            confirmation.request(session, run, unconfirmed) is not None
+        ):
             return False  # judged after its job: its would-be regressions are measured again
     problems.forget_run(session, run, _FINDINGS)
     for result, judgement in zip(run.results, judged, strict=True):

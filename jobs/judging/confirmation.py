@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.models import Run
+from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.jobs.judging.follow_up import plan_follow_up
 from kernelwatch.kernels.record import ERROR_MAX, remeasure_entry
 
@@ -45,11 +45,26 @@ def request(session: Session, run: Run, case_ids: Sequence[str]) -> Run | None:
     return again
 
 
+def pending(session: Session, run: Run) -> bool:
+    """Whether ``run``'s confirmation run was asked for and has not ended: another run
+    of its baseline commit ending meanwhile (a manual run, a bisection step, another
+    run's baseline re-measure) judges it again, and must not judge it on one comparison."""
+    asked = run.options.confirmation
+    if asked is None:
+        return False
+    confirming = session.get(Run, asked)
+    return confirming is not None and confirming.status not in FINAL_STATES
+
+
 def attach(session: Session, confirming: Run) -> Run | None:
     """When ``confirming`` (finished) confirms another run, each of its records becomes
     the re-measure of that run's case; returns the run to judge again, else None."""
     target_id = confirming.options.confirms
-    target = session.get(Run, target_id) if target_id is not None else None
+    target = (
+        session.get(Run, target_id, with_for_update=True, populate_existing=True)
+        if target_id is not None
+        else None
+    )
     if target is None:
         return None
     asked = _asked(confirming)
@@ -81,4 +96,4 @@ def _asked(confirming: Run) -> set[str]:
     return ids
 
 
-__all__ = ["attach", "request"]
+__all__ = ["attach", "pending", "request"]

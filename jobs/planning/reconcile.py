@@ -14,7 +14,8 @@ database says is ``queued`` or ``running`` with nothing that will ever change it
 - a run kills its worker every time (out of memory, a crash in the driver):
   ``task_reject_on_worker_lost`` hands the message out again and again.
 
-One pass (:func:`reconcile_once`) handles each, in this order:
+One pass (:func:`reconcile_once`) handles each, in this order (the last needs the
+deployment's settings, which the reconciler of every process has):
 
 1. outbox notes older than ``unsent_after_s`` are sent (the planner clears its own
    within milliseconds, so an older note is a failed send); a send that fails
@@ -26,6 +27,12 @@ One pass (:func:`reconcile_once`) handles each, in this order:
    ``queued_after_s`` on a queue holding fewer messages than it has queued runs
    (so some message is missing), are sent again, each at most once per
    ``stale_s`` (``options.requeued_at``).
+
+4. ``succeeded`` runs still unjudged ``unsent_after_s`` after they ended are judged
+   again (``analysis.analyze_ready``; one that must still wait waits): two runs of a
+   baseline commit ending at once on two cards each saw the other still measuring and
+   left the runs waiting for it unjudged, and a run ended by step 2 never judged
+   those waiting for it.
 
 A second message is harmless: the executor skips final runs, and a run still
 leased to a live worker is retried later, never measured twice.
@@ -56,6 +63,7 @@ from kernelwatch.db import outbox
 from kernelwatch.db.config import Settings
 from kernelwatch.db.fleet import WorkerHeartbeat
 from kernelwatch.db.models import Run
+from kernelwatch.jobs.judging.analysis import analyze_ready
 from kernelwatch.jobs.planning.broker import enqueue_run, queue_depth
 from kernelwatch.jobs.planning.passlock import PassLock, pass_lock
 
@@ -108,11 +116,12 @@ class ReconcileConfig:
 
 @dataclass
 class PassReport:
-    """What one pass did: ids of runs sent from the outbox, re-sent, and ended."""
+    """What one pass did: ids of runs sent from the outbox, re-sent, ended, and judged."""
 
     sent: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
     errored: list[int] = field(default_factory=list)
+    judged: list[int] = field(default_factory=list)
 
 
 def _aware(t: datetime) -> datetime:
@@ -261,19 +270,56 @@ def end_crash_loops(
     return ended
 
 
+def judge_stranded(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    after_s: float,
+    now: datetime | None = None,
+) -> list[int]:
+    """Judge the succeeded runs left unjudged ``after_s`` after they ended (step 4);
+    return those judged now. Each in a transaction of its own, its row locked (a run a
+    worker is judging right now is skipped, not waited for)."""
+    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=after_s)
+    with factory() as session:
+        ids = list(
+            session.scalars(
+                select(Run.id)
+                .where(Run.status == "succeeded", Run.verdict.is_(None), Run.finished < cutoff)
+                .order_by(Run.id)
+            )
+        )
+    judged: list[int] = []
+    for run_id in ids:
+        with factory() as session, session.begin():
+            run = session.scalars(
+                select(Run)
+                .where(Run.id == run_id, Run.verdict.is_(None))
+                .with_for_update(skip_locked=True)
+            ).one_or_none()
+            if run is None:
+                continue  # judged meanwhile, or being judged
+            judged.extend(r.id for r in analyze_ready(session, run, settings))
+    if judged:
+        log.warning("reconcile: judged runs left unjudged: %s", judged)
+    return judged
+
+
 def reconcile_once(
     factory: sessionmaker[Session],
     send: Send,
     config: ReconcileConfig,
     queue_depth: QueueDepth | None = None,
+    settings: Settings | None = None,
 ) -> PassReport:
-    """One pass of the three steps in the module docstring."""
+    """One pass of the steps in the module docstring (the fourth with ``settings``)."""
     report = PassReport()
     report.sent = send_pending(factory, send, config.unsent_after_s)
     report.errored = end_crash_loops(factory, config.stale_s, config.max_attempts)
     report.requeued = requeue_orphans(
         factory, send, config.stale_s, config.queued_after_s, queue_depth
     )
+    if settings is not None:
+        report.judged = judge_stranded(factory, settings, config.unsent_after_s)
     return report
 
 
@@ -288,12 +334,14 @@ class ReconcilerThread(threading.Thread):
         app: Celery,
         config: ReconcileConfig,
         lock: PassLock | None = None,
+        settings: Settings | None = None,
     ) -> None:
         super().__init__(name="kernelwatch-reconciler", daemon=True)
         self.factory = factory
         self.app = app
         self.config = config
         self.lock = lock
+        self.settings = settings
         self.passes = 0
         self.ran = 0
         self._stop_event = threading.Event()
@@ -305,7 +353,7 @@ class ReconcilerThread(threading.Thread):
         """The reconciler of a process of this deployment (API or worker)."""
         config = ReconcileConfig.from_settings(settings)
         lock = pass_lock(settings.broker_url, settings.data_dir, "reconcile", config.interval_s)
-        return cls(factory, app, config, lock)
+        return cls(factory, app, config, lock, settings)
 
     def send(self, run_id: int, queue: str, trigger: str) -> None:
         enqueue_run(self.app, run_id, queue, trigger)
@@ -328,12 +376,13 @@ class ReconcilerThread(threading.Thread):
             self._stop_event.wait(self.config.interval_s)
 
     def _pass(self) -> None:
-        done = reconcile_once(self.factory, self.send, self.config, self.depth)
+        done = reconcile_once(self.factory, self.send, self.config, self.depth, self.settings)
         self.ran += 1
-        if done.sent or done.requeued or done.errored:
+        if done.sent or done.requeued or done.errored or done.judged:
             log.info(
-                "reconcile: sent %s, re-sent %s, ended %s", done.sent, done.requeued, done.errored
-            )
+                "reconcile: sent %s, re-sent %s, ended %s, judged %s",
+                done.sent, done.requeued, done.errored, done.judged,
+            )  # fmt: skip
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop_event.set()
@@ -345,6 +394,7 @@ __all__ = [
     "ReconcileConfig",
     "ReconcilerThread",
     "end_crash_loops",
+    "judge_stranded",
     "orphans",
     "reconcile_once",
     "requeue_orphans",
