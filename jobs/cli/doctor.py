@@ -1,4 +1,5 @@
-"""``kernelwatch doctor``: is this machine ready? Database, broker, sandbox, workers, GPU.
+"""``kernelwatch doctor``: is this machine ready? Settings, database, broker, sandbox,
+workers, GPU.
 
 A check that raises is ``BAD`` and makes the exit code 1; a check may instead return a
 :class:`Warn` (no live worker yet: runs would wait) that is shown but does not fail.
@@ -34,9 +35,10 @@ Check = tuple[str, Callable[[], str]]
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     doc = sub.add_parser(
         NAME,
-        help="check database, broker, sandbox, workers, GPU, NVML, compiler, versions",
-        description="Check that this machine can run kernelwatch: database, broker, the "
-        "sandbox for code under test (bubblewrap), the worker that would take this "
+        help="check settings, database, broker, sandbox, workers, GPU, NVML, compiler, versions",
+        description="Check that this machine can run kernelwatch: its KW_* settings, "
+        "database, broker, the sandbox for code under test (bubblewrap), the worker that "
+        "would take this "
         "machine's runs, GPU and NVML, compiler, versions. Exit 0 when nothing is BAD "
         "(warnings do not fail), 1 otherwise.",
     )
@@ -46,6 +48,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def handle(args: argparse.Namespace) -> int:
     return run_checks(json_out=args.json)
+
+
+def _settings() -> str:
+    """The ``KW_*`` settings, read once: one bad variable is said here, once, and the
+    checks that need the settings (database, broker, workers) are not run."""
+    settings = get_settings()
+    settings.ensure_dirs()
+    return f"KW_* variables valid; data directory {settings.data_dir}"
 
 
 def _database() -> str:
@@ -150,6 +160,7 @@ def _versions() -> str:
 
 
 CHECKS: list[Check] = [
+    ("settings", _settings),
     ("database", _database),
     ("broker", _broker),
     ("workers", _workers),
@@ -159,14 +170,24 @@ CHECKS: list[Check] = [
 ]
 
 
+# What cannot be checked without valid settings: reported as not checked, not as three
+# more failures with the settings' message.
+_NEED_SETTINGS = frozenset({"database", "broker", "workers"})
+
+
 def run_checks(json_out: bool = False) -> int:
     results: list[dict[str, object]] = []
     ok = True
+    settings_ok = True
     for name, fn in CHECKS:
         if name == "workers":  # the worker's own checks first: can it run code at all?
             found = worker_checks()
             ok = ok and all(bool(c["ok"]) for c in found)
             results += found
+        if name in _NEED_SETTINGS and not settings_ok:
+            results.append({"check": name, "ok": True, "warn": True,
+                            "detail": Warn("not checked: the settings are not valid")})  # fmt: skip
+            continue
         try:
             detail = fn()
             results.append(
@@ -174,6 +195,7 @@ def run_checks(json_out: bool = False) -> int:
             )
         except Exception as exc:  # every failure is reported, none stops the others
             ok = False
+            settings_ok = settings_ok and name != "settings"
             results.append(
                 {
                     "check": name,

@@ -255,6 +255,19 @@ def test_doctor_lists_live_workers(sqlite_url: str, tmp_path: Path) -> None:
     assert workers["detail"].startswith("queue cpu served by kw-cpu@node7 (idle)")
 
 
+def test_doctor_says_a_bad_setting_once(tmp_path: Path) -> None:
+    env = {"KW_DATABASE_URL": "notaurl", "KW_DATA_DIR": str(tmp_path / "d")}
+    proc = run_cli("doctor", env=env, timeout=120)
+    assert proc.returncode == 1
+    bad = [ln for ln in proc.stdout.splitlines() if ln.startswith("BAD")]
+    assert len(bad) == 1 and bad[0].split()[1] == "settings", proc.stdout
+    assert "KW_DATABASE_URL: not a URL: 'notaurl'" in bad[0]
+    assert proc.stdout.count("notaurl") == 1  # not repeated by database, broker, workers
+    for check in ("database", "broker", "workers"):
+        assert f"{check:<9} not checked: the settings are not valid" in proc.stdout
+    assert proc.stderr.strip() == "kernelwatch doctor: not ready: settings"
+
+
 # ----------------------------------------------------------------------------- bench
 
 
