@@ -155,6 +155,9 @@ def handle(args: argparse.Namespace) -> int:
         measure_baseline=not (args.no_baseline_run or args.paired),
         options=options,
         versions=args.version or [],
+        # one commit with a bad .kernelwatch.toml is refused with its message; in a range
+        # (or several commits) it is that commit's error run, and the others are measured
+        config_errors="record" if args.range or len(args.commit or []) > 1 else "raise",
     )
     s = settings()
     sessions = factory()

@@ -65,8 +65,9 @@ class RunRequest:
     # own file may only tighten (jobs/planning/resolve.py).
     base_rules: bool = False
     # A commit whose .kernelwatch.toml is bad: "raise" refuses the whole request before
-    # anything is queued (kernelwatch run); "record" plans that commit as an ``error`` run
-    # with the file's message and the others as usual (webhooks, bisection steps).
+    # anything is queued (kernelwatch run of one commit); "record" plans that commit as
+    # an ``error`` run with the file's message and the others as usual (webhooks,
+    # bisection steps, kernelwatch run of a range or several commits).
     config_errors: str = "raise"
     # The repository's name when the planner creates its row (None: from the source).
     name: str | None = None

@@ -183,6 +183,27 @@ def test_a_reversed_range_is_an_error_not_a_silent_success(
         assert queued == []  # nothing waits for a worker
 
 
+def test_a_bad_file_in_a_range_is_that_commits_error_the_others_are_measured(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    src = tmp_path / "lib"
+    toml = '[library]\nname = "lib"\n[suites]\nnames = ["basic"]\n'
+    first = make_repo(src, {"README.md": "one", ".kernelwatch.toml": toml}, "first")
+    bad = make_repo(src, {".kernelwatch.toml": toml.replace("names", "nmes")}, "typo")
+    fixed = make_repo(src, {".kernelwatch.toml": toml}, "fix the typo")
+    env = {"KW_DATABASE_URL": sqlite_url, "KW_DATA_DIR": str(tmp_path / "d")}
+    one = run_cli("run", str(src), "--commit", bad, env=env, timeout=120)
+    assert one.returncode == 2 and "unknown key suites.nmes" in one.stderr  # refused
+    proc = run_cli("run", str(src), "--range", f"{first}..{fixed}", env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    factory = sessionmaker(bind=engine_for(sqlite_url))
+    with factory() as s:
+        rows = s.execute(select(Commit.sha, Run.status, Run.error).join(Run.commit)).all()
+    states = {sha: (status, error) for sha, status, error in rows}
+    assert states[bad][0] == "error" and "unknown key suites.nmes" in states[bad][1]
+    assert states[first][0] == states[fixed][0] == "queued"  # measured all the same
+
+
 def test_run_warns_without_a_live_worker_and_wait_times_out_with_2(
     library: tuple[Path, str, str], sqlite_url: str, tmp_path: Path
 ) -> None:
