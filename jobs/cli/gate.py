@@ -178,7 +178,7 @@ def gate(
         elif overall == "pending":
             out("not finished yet: pass --wait to block until it is")
         elif overall == "none":
-            out(f"no runs of {sha[:12]} in {repo}")
+            out(_nothing_yet(factory, repo, sha))
     if err is not None and gate_remote.cpu_timing_note_due(
         [c.device_class for c in verdict.classes]
     ):

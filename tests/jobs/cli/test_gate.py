@@ -141,8 +141,9 @@ def test_gate_by_prefix_source_and_unknown(factory: sessionmaker[Session]) -> No
     out: list[str] = []
     assert gate(factory, "https://github.com/acme/kernels.git", HEAD[:9], out=out.append) == 1
     assert gate(factory, "acme/kernels", "d" * 40, out=out.append) == 2
-    assert out[-1] == f"no runs of {'d' * 12} in acme/kernels"
+    assert out[-1] == f"no runs of {'d' * 12} in acme/kernels yet"
     assert gate(factory, "nobody/nothing", HEAD, out=out.append) == 2
+    assert out[-1].endswith("(no repository of that name is known here: a typo?)")
 
 
 def add_commit_sharing_heads_prefix(factory: sessionmaker[Session]) -> str:
