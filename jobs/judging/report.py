@@ -183,7 +183,7 @@ def _note(run: Run, result: Result, base_status: str | None) -> str:
     if result.verdict is not None:
         return ""
     if not run.baseline_sha:
-        return "first measurement: no baseline commit to compare with"
+        return "not compared: its run had no baseline commit (a range's first, or a baseline)"
     if base_status is None:
         return (
             f"no run of the baseline {run.baseline_sha[:12]} measured this case: nothing to "

@@ -323,7 +323,11 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
                 f"measurement in this class and environment{_remeasured(session, last)}"
             )
         elif compared == 0 and not any(r.baseline_sha for r in used):
-            description = f"first measurement: {len(picked)} cases, nothing to compare with"
+            # the first commit of a range (measured as the others' baseline), a first run:
+            # not "first measurement", the series may have many before it
+            n = len(picked)
+            cases = f"{n} case{'' if n == 1 else 's'}"
+            description = f"{cases} measured, not compared: no baseline commit"
     if shown != counts:
         description += " (CPU timings: plumbing only)"
     if len(used) > 1:
