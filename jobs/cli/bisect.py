@@ -24,6 +24,8 @@ from kernelwatch.jobs.cli.exit_codes import Exit, fail, for_bisection
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from kernelwatch.db.bisect import Bisection
+
 NAME = "bisect"
 
 
@@ -115,10 +117,11 @@ def handle(args: argparse.Namespace) -> int:
         row = session.get(Bisection, bid)
         assert summary is not None and row is not None
         reason = row.reason
+        case = _culprit_case(session, row)
     if args.json:
         print(json.dumps(summary))
     else:
-        print(_text(bid, status, reason, summary))
+        print(_text(bid, status, reason, summary, case))
     if not args.wait:
         return Exit.PASS
     code = for_bisection(status)
@@ -192,7 +195,16 @@ def progress_line(session: Session, bid: int) -> str:
     return " · ".join(parts)
 
 
-def _text(bid: int, status: str, reason: str, summary: dict[str, object]) -> str:
+def _culprit_case(session: Session, row: Bisection) -> str:
+    """The case the culprit moved, as ``show`` names it (``softmax rows=4096``), or ""."""
+    from kernelwatch.db.models import Case
+
+    first = (row.culprits or [{}])[0]
+    case = session.get(Case, first.get("case_id")) if first.get("case_id") else None
+    return f"{case.kernel} {case.label}".strip() if case is not None else ""
+
+
+def _text(bid: int, status: str, reason: str, summary: dict[str, object], case: str = "") -> str:
     from kernelwatch.kernels.units import ratio_text
 
     lines = [f"bisection {bid}: {status}" + (f" ({reason})" if reason else "")]
@@ -207,6 +219,7 @@ def _text(bid: int, status: str, reason: str, summary: dict[str, object]) -> str
         lines.append(
             f"culprit {str(culprit['sha'])[:12]} (parent {str(culprit['parent'])[:12]}): "
             f"{culprit['verdict'] or '-'}, ratio {ratio_text(culprit['ratio'], *interval)}"
+            + (f", case {case}" if case else "")
         )
     else:
         lines.append("culprit: none named")
