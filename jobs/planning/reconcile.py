@@ -290,15 +290,18 @@ def judge_stranded(
         )
     judged: list[int] = []
     for run_id in ids:
-        with factory() as session, session.begin():
-            run = session.scalars(
-                select(Run)
-                .where(Run.id == run_id, Run.verdict.is_(None))
-                .with_for_update(skip_locked=True)
-            ).one_or_none()
-            if run is None:
-                continue  # judged meanwhile, or being judged
-            judged.extend(r.id for r in analyze_ready(session, run, settings))
+        try:
+            with factory() as session, session.begin():
+                run = session.scalars(
+                    select(Run)
+                    .where(Run.id == run_id, Run.verdict.is_(None))
+                    .with_for_update(skip_locked=True)
+                ).one_or_none()
+                if run is None:
+                    continue  # judged meanwhile, or being judged
+                judged.extend(r.id for r in analyze_ready(session, run, settings))
+        except Exception:  # one run that cannot be judged must not strand the others
+            log.exception("reconcile: judging run %d failed", run_id)
     if judged:
         log.warning("reconcile: judged runs left unjudged: %s", judged)
     return judged

@@ -131,3 +131,25 @@ def test_two_processes_judging_one_waiting_run_plan_one_confirmation(
         head = session.get(Run, head_id)
         assert head is not None and head.verdict is None
         assert _confirmations(session) == [head.options.confirmation]  # one, the one it names
+
+
+def test_a_run_that_cannot_be_judged_does_not_strand_the_others(
+    factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelwatch.jobs.planning import reconcile
+
+    base_id, head_id = _waiting(factory, 1.0e-4)
+    with factory() as session, session.begin():
+        base = session.get(Run, base_id)
+        assert base is not None
+        base.status, base.finished = "succeeded", datetime.now(UTC)
+    real = reconcile.analyze_ready
+
+    def flaky(session: Session, run: Run, settings: object) -> list[Run]:
+        if run.id == base_id:
+            raise RuntimeError("a bug in one run's judgement")
+        return real(session, run, SETTINGS)
+
+    monkeypatch.setattr(reconcile, "analyze_ready", flaky)
+    later = datetime.now(UTC) + timedelta(minutes=1)
+    assert judge_stranded(factory, SETTINGS, after_s=10, now=later) == [head_id]
