@@ -12,7 +12,9 @@ judges the ratio B/A from paired groups of blocks:
 The log-ratios of the groups give a mean and a Student-t interval. Sampling is
 adaptive: more groups while the interval still straddles the decision, within a
 time budget. The protocol between coordinator and sides is JSON lines on
-stdin/stdout, so a side is any Python that can import this module.
+stdin/stdout, so a side is any Python that can import this module; the side keeps its
+stdout for the replies and sends what the kernel under test prints, from Python or C,
+to its stderr (``_protocol_stdout``), the coordinator's log.
 
 A fixed offset belongs to each side process: on the H200 the same bf16 GEMM
 measured 0.6 % slower in one process than in another for 20 trials in a row, and
@@ -55,9 +57,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TextIO
 
 from kernelwatch.kernels import stats
+from kernelwatch.kernels.exits import describe_exit
 from kernelwatch.kernels.telemetry import blocks_reliable
 from kernelwatch.kernels.timing import Sampler, TimerConfig, make_sampler
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, decide
@@ -70,9 +73,13 @@ Factory = Callable[..., tuple[Any, ...]]
 
 
 def serve(stdin: Any = None, stdout: Any = None) -> None:
-    """The side's loop: ``setup`` a case, then answer ``block`` requests until ``quit``."""
+    """The side's loop: ``setup`` a case, then answer ``block`` requests until ``quit``.
+
+    Without ``stdout`` the replies go to this process's stdout, kept for them alone
+    (``_protocol_stdout``): whatever the kernel under test prints goes to stderr.
+    """
     stdin = stdin or sys.stdin
-    stdout = stdout or sys.stdout
+    stdout = stdout or _protocol_stdout()
     samplers: list[Sampler] = []
     pads: list[Any] = []  # held, never read: the padding allocations stay while sampled
     for line in stdin:
@@ -132,6 +139,27 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                 reply["details"] = details
         stdout.write(json.dumps(reply) + "\n")
         stdout.flush()
+
+
+def _protocol_stdout() -> TextIO:
+    """A private copy of this process's stdout for the replies; fd 1 goes to stderr.
+
+    The kernel under test runs in this process, and every ``print`` of it, or a C
+    extension's ``printf`` (fd 1 itself), went into the replies the coordinator parses:
+    one line of it ended the whole paired run ("runner exit code 1", a JSONDecodeError)
+    where the unpaired runner times the case. From here on ``sys.stdout`` is
+    ``sys.stderr`` and fd 1 a copy of fd 2, so both kinds of output join the side's
+    stderr, which it shares with the coordinator: under the worker, one capped log that
+    is drained as it is written (``worker/process.py``), so a flood can neither fill a
+    pipe nor memory, and it ends the case as "log over the N MB cap; runner killed", as
+    in the unpaired runner. The copy is not inheritable: the kernel's own subprocesses
+    do not get it either.
+    """
+    sys.stdout.flush()
+    protocol = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(protocol, "w", encoding="utf-8", buffering=1)
 
 
 _DEVICE: dict[str, Any] = {}
@@ -286,11 +314,24 @@ ROUNDS_MAX = "rounds_max"
 
 
 class SideDied(RuntimeError):
-    """The side process exited (a crash: segfault, abort, killed for memory)."""
+    """The side process exited (a crash: segfault, abort, killed for memory), or wrote
+    something other than a reply where its reply belonged and was killed."""
 
 
 class SideTimeout(RuntimeError):
     """The side did not answer in time and was killed (a hang)."""
+
+
+# the role each side's name begins with: A0, A1, ... the baseline; B0, B1, ... the candidate
+ROLES = {"A": "baseline", "B": "candidate"}
+# what of a line that is not a reply an error quotes
+QUOTED_CHARS = 200
+
+
+def role_of(name: str) -> str:
+    """``baseline`` or ``candidate`` for a side named ``A``/``B`` (``A3``, ``B0``, ...);
+    ``side <name>`` for another name."""
+    return ROLES.get(name[:1], f"side {name}")
 
 
 class Side:
@@ -303,14 +344,22 @@ class Side:
         env: dict[str, str] | None = None,
         hello: bool = False,
     ) -> None:
-        """Spawn the side; with ``hello`` it makes its CUDA context at once (``ready``)."""
+        """Spawn the side; with ``hello`` it makes its CUDA context at once (``ready``).
+
+        Its stderr is this process's: what the kernel under test prints joins the
+        coordinator's log (``_protocol_stdout``).
+        """
         self.name = name
+        # errors name the role first, as the unpaired runner's name the runner
+        self.who = f"{role_of(name)} (side {name})" if name[:1] in ROLES else role_of(name)
         self.spawned = time.time()  # wall clock: the side's ``hello`` says when it was ready
         self.proc = subprocess.Popen(
             [python, "-m", "kernelwatch.kernels.paired"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            encoding="utf-8",
+            errors="replace",  # a stray byte is quoted in an error, never a decode crash
             env={**os.environ, **(env or {})},
             bufsize=1,
         )
@@ -360,7 +409,7 @@ class Side:
             self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
-            raise SideDied(f"side {self.name} died (exit {self.proc.wait()})") from None
+            raise self._died() from None
 
     def receive(self, cmd: str, timeout_s: float | None = None) -> dict[str, Any]:
         """The reply to the command sent last (see ``ask``)."""
@@ -370,21 +419,38 @@ class Side:
             if not ready:
                 self.proc.kill()
                 self.proc.wait()
-                raise SideTimeout(
-                    f"side {self.name} did not answer {cmd!r} within {timeout_s:.0f} s; killed"
-                )
+                # the unpaired runner's words: "case timed out after 60s; killed"
+                raise SideTimeout(f"{self.who} timed out after {timeout_s:g}s on {cmd!r}; killed")
         line = self.proc.stdout.readline()
         if not line:
-            raise SideDied(f"side {self.name} died (exit {self.proc.wait()})")
-        reply: dict[str, Any] = json.loads(line)
+            raise self._died()
+        try:
+            reply = json.loads(line)
+        except ValueError:  # JSONDecodeError, or a line that is not text
+            reply = None
+        if not isinstance(reply, dict):
+            # the side's own stdout carries nothing else (``_protocol_stdout``); should
+            # anything else come, the replies after it are out of step: replace the side
+            self.proc.kill()
+            self.proc.wait()
+            said = line.rstrip("\n")
+            quoted = repr(said[:QUOTED_CHARS]) + (" ..." if len(said) > QUOTED_CHARS else "")
+            raise SideDied(
+                f"{self.who} wrote {quoted} where its reply to {cmd!r} belonged, not a "
+                "line of the paired protocol; killed"
+            )
         if not reply.get("ok"):
             raise SideError(
-                f"side {self.name}: {reply.get('error')}",
+                f"{self.who}: {reply.get('error')}",
                 str(reply.get("error")),
                 self.name,
                 reply.get("details") if isinstance(reply.get("details"), dict) else None,
             )
         return reply
+
+    def _died(self) -> SideDied:
+        """The side's end in the runner's words: ``candidate (side B) killed by SIGSEGV``."""
+        return SideDied(f"{self.who} {describe_exit(self.proc.wait())}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -1128,6 +1194,7 @@ __all__ = [
     "SideError",
     "SideTimeout",
     "UNSTEADY",
+    "role_of",
     "compare",
     "judge",
     "judge_reliable",

@@ -80,6 +80,7 @@ from kernelwatch.kernels.paired import (
     SideDied,
     SideError,
     SideTimeout,
+    role_of,
 )
 from kernelwatch.kernels.paired_stages import (
     Outcome,
@@ -1053,7 +1054,7 @@ def _side_failed(record: ResultRecord, paired: PairedSection, exc: SideError) ->
         paired.note = f"baseline was broken: {remote}"
     else:
         record.status = ERROR_STATUS
-        record.error = f"{'candidate' if role == 'B' else 'baseline'}: {remote}"
+        record.error = f"{role_of(exc.side)}: {remote}"
     errors = (check_errors(paired.baseline_correctness), check_errors(record.correctness))
     judged = judge_case(record.status, baseline, errors=errors)
     paired.verdict = str(judged.verdict) if judged.verdict is not None else None

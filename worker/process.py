@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO
 
 from kernelwatch.jobs.lifetime import die_with_parent
+from kernelwatch.kernels.exits import describe_exit
 from kernelwatch.worker.limits import Guard, Limits, tree_memory
 from kernelwatch.worker.sandbox import DEFAULT_LOG_MB
 
@@ -376,15 +377,3 @@ def kill_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
             if proc.poll() is not None:
                 return
             time.sleep(0.05)
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
-    return f"exit code {code}"

@@ -24,15 +24,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kernelwatch.kernels.exits import describe_exit
 from kernelwatch.kernels.record import RecordError, ResultRecord, library_fields
 from kernelwatch.kernels.runner import CASE_MARKER
-from kernelwatch.worker.process import (
-    POLL_S,
-    Supervised,
-    describe_exit,
-    open_regular,
-    read_tail,
-)
+from kernelwatch.worker.process import POLL_S, Supervised, open_regular, read_tail
 from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.venvs import copy_jit_seed
 
