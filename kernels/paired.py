@@ -78,7 +78,7 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
     Without ``stdout`` the replies go to this process's stdout, kept for them alone
     (``_protocol_stdout``): whatever the kernel under test prints goes to stderr.
     """
-    stdin = stdin or sys.stdin
+    stdin = stdin or _protocol_stdin()
     stdout = stdout or _protocol_stdout()
     samplers: list[Sampler] = []
     pads: list[Any] = []  # held, never read: the padding allocations stay while sampled
@@ -160,6 +160,20 @@ def _protocol_stdout() -> TextIO:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return os.fdopen(protocol, "w", encoding="utf-8", buffering=1)
+
+
+def _protocol_stdin() -> TextIO:
+    """A private copy of this process's stdin for the commands; fd 0 reads /dev/null.
+
+    The commands come on stdin, and a kernel (or a tool it starts without ``stdin=``)
+    that reads its stdin would swallow them: the coordinator would wait for replies
+    to commands the side never saw. Not inheritable, as the stdout copy."""
+    protocol = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115  # lives as long as the side
+    return os.fdopen(protocol, "r", encoding="utf-8", errors="replace")
 
 
 _DEVICE: dict[str, Any] = {}

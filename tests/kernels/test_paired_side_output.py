@@ -41,6 +41,14 @@ CHATTY = {
         "    os.write(1, b'{\"ok\": true} not a reply\\nnor this')\n"
         "    _right(a, b, out)\n"
     ),
+    # reads its stdin, as a tool started without stdin= would: the side's commands
+    # came on that stdin and were swallowed; now it reads /dev/null
+    "stdin": MATMUL_GOOD
+    + (
+        "\nimport sys\n\n\ndef matmul(a, b, out, _right=matmul):\n"
+        "    print('matmul read', len(sys.stdin.read()), 'bytes', file=sys.stderr)\n"
+        "    _right(a, b, out)\n"
+    ),
 }
 
 # 100 MB on fd 1 at the first call, the reproduction of the report
@@ -101,7 +109,8 @@ def test_a_kernel_writing_to_stdout_is_judged_as_usual(
     assert paired["accuracy_verdict"] == "unchanged"
     assert record["timing"] is not None and paired["ratio"] > 0
     # what the kernel wrote is not lost: it is in the sides' log (stderr)
-    said = "matmul called (96, 96)" if how == "print" else "not a reply"
+    said = {"print": "matmul called (96, 96)", "fd1": "not a reply",
+            "stdin": "matmul read 0 bytes"}[how]  # fmt: skip
     assert said in capfd.readouterr().err
 
 
