@@ -16,6 +16,10 @@ The same files say how many GPUs of one host a suite needs (``[suite] gpus = K``
 ``suite_gpus``): the planner routes a run to the queue of workers that own that
 many cards (``jobs/planning/queues.py``). Python-grid suites and plugin suites
 need one; a plugin suite that needs more is not known to the server yet.
+
+Suite names come from repositories' ``.kernelwatch.toml``; a name is looked up as a
+file here only when it is a plain name (``grid.SUITE_NAME``) and one of this package's own
+grid files, so no name (``../../etc/x``) reads a file elsewhere on the host.
 """
 
 from __future__ import annotations
@@ -34,9 +38,24 @@ _PYTHON_GRIDS: dict[str, frozenset[str]] = {
 }
 
 
+def is_suite_name(name: str) -> bool:
+    """Whether ``name`` has the shape of a suite name (``grid.SUITE_NAME``: no path, no
+    dots, no spaces)."""
+    return bool(grid.SUITE_NAME.fullmatch(name))
+
+
+@functools.cache  # the package's files never change while a process runs
+def _grid_files() -> frozenset[str]:
+    package = resources.files("kernelwatch.kernels.suites")
+    return frozenset(e.name for e in package.iterdir() if e.name.endswith(".toml") and e.is_file())
+
+
 def _builtin_grid(name: str) -> grid.GridFile | None:
-    ref = resources.files("kernelwatch.kernels.suites").joinpath(f"{name}.toml")
-    return grid.builtin(name) if ref.is_file() else None
+    # Refused unless it is one of the package's own files: a name that is not a plain
+    # suite name never reaches the file system (a path would read any *.toml on the host).
+    if not is_suite_name(name) or f"{name}.toml" not in _grid_files():
+        return None
+    return grid.builtin(name)
 
 
 @functools.cache  # a built-in grid file never changes while a process runs

@@ -42,6 +42,7 @@ import itertools
 import json
 import math
 import random
+import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -242,8 +243,15 @@ def load(path: Path) -> GridFile:
     return parse(path.read_text(encoding="utf-8"), str(path))
 
 
+# What a suite may be called: built-in suites (``basic``, ``gemm``) and plugin entry points
+# (``mylib-gemm``). ``.kernelwatch.toml`` is checked against it (``jobs/library/config_model.py``).
+SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
 def builtin(name: str) -> GridFile:
     """The grid file shipped with kernelwatch: ``kernels/suites/<name>.toml``."""
+    if not SUITE_NAME.fullmatch(name):  # a name, never a path
+        raise ValueError(f"not a built-in suite name: {name!r}")
     ref = resources.files("kernelwatch.kernels.suites").joinpath(f"{name}.toml")
     return parse(ref.read_text(encoding="utf-8"), f"suites/{name}.toml")
 

@@ -37,7 +37,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from kernelwatch.jobs.library import recipe_env
-from kernelwatch.kernels.catalog import unknown_kernels
+from kernelwatch.kernels.catalog import is_suite_name, unknown_kernels
 
 Recipe = Literal["pip", "pythonpath", "command"]
 RECIPES: tuple[str, ...] = get_args(Recipe)
@@ -113,6 +113,17 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _suite_name(value: Any) -> str:
+    # The API process looks a name up among the built-in grid files: a path here read
+    # any *.toml on the host into the push's error (found by an audit, 2026-12-05).
+    if not isinstance(value, str) or not is_suite_name(value):
+        fail(
+            "must be a suite name such as basic or mylib-gemm (letters, digits, _ and -, "
+            f"not starting with _ or -), got {shown(value)}"
+        )
+    return value
+
+
 def _argv(value: Any) -> tuple[str, ...]:
     if (
         not isinstance(value, list | tuple)
@@ -174,6 +185,8 @@ Timeout = Annotated[float, BeforeValidator(_timeout)]
 RecipeKind = Annotated[Recipe, BeforeValidator(_recipe_kind)]
 ModuleName = Annotated[str, BeforeValidator(_module)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+SuiteName = Annotated[str, BeforeValidator(_suite_name)]
+SuiteNames = Annotated[tuple[SuiteName, ...], BeforeValidator(_names)]
 Argv = Annotated[tuple[str, ...], BeforeValidator(_argv)]
 Commands = Annotated[tuple[Argv, ...], BeforeValidator(_commands)]
 RelPath = Annotated[str, BeforeValidator(_relpath)]
@@ -405,7 +418,7 @@ class Suites(Table):
     """``[suites]``: which suites to run and, for a library that has only some of their
     kernels, which kernels (every case of other kernels is left out, not an error)."""
 
-    names: Names = ("basic",)
+    names: SuiteNames = ("basic",)
     kernels: Names | None = None
 
     @model_validator(mode="after")

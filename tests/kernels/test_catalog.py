@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from importlib import resources
+from pathlib import Path
+
 import pytest
 import torch
 
 from kernelwatch.kernels import grid
-from kernelwatch.kernels.catalog import run_gpus, suite_gpus, suite_kernels, unknown_kernels
+from kernelwatch.kernels.catalog import (
+    is_suite_name,
+    run_gpus,
+    suite_gpus,
+    suite_kernels,
+    unknown_kernels,
+)
 from kernelwatch.kernels.suite import _SUITES, load_suite
 
 SIZES = {"basic": ("smoke", "full"), "noop": ("smoke",)}
@@ -46,3 +56,27 @@ def test_a_suites_gpus_must_be_a_positive_integer(bad: str) -> None:
     with pytest.raises(grid.GridError, match="gpus must be an integer >= 1"):
         grid.parse(f'[suite]\nname = "x"\ngpus = {bad}\n[[smoke]]\nkernel = "k"\n', "x.toml")
     assert grid.parse('[suite]\ngpus = 4\n[[smoke]]\nkernel = "k"\n').gpus == 4
+
+
+def _path_to(target: Path) -> str:
+    """``target`` (without .toml) as a suite name relative to the built-in grid files."""
+    package = Path(str(resources.files("kernelwatch.kernels.suites")))
+    return os.path.relpath(target, package)
+
+
+def test_a_suite_name_that_is_a_path_reads_no_file_outside_the_package(tmp_path: Path) -> None:
+    # audit, 2026-12-05: "../../tmp/x/grid" read /tmp/x/grid.toml and the error listed its keys
+    (tmp_path / "grid.toml").write_text('[[smoke]]\nkernel = "SECRET_TOKEN_abc"\n')
+    name = _path_to(tmp_path / "grid")
+    assert suite_kernels(name) is None and suite_gpus(name) == 1
+    assert "SECRET" not in unknown_kernels([name], ["softmax"])
+    assert unknown_kernels([name], ["softmax"]) == unknown_kernels([name + "x"], ["softmax"])
+    with pytest.raises(ValueError, match="not a built-in suite name"):
+        grid.builtin(name)
+    # a well-formed name that is no grid file of the package is not read either
+    assert suite_kernels("grid") is None and suite_kernels("common") is None
+
+
+def test_every_built_in_suite_has_a_valid_suite_name() -> None:
+    assert all(is_suite_name(s) for s in [*_SUITES, "mylib-gemm", "plug-double", "v2_gemm"])
+    assert not any(is_suite_name(s) for s in ["", "-x", "_x", "a/b", "..", "a.b", "a b"])

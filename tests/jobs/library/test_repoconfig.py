@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,26 @@ def test_a_nul_anywhere_is_a_config_error_naming_its_key(text: str, key: str) ->
 def test_a_submodule_path_must_name_a_folder_not_the_checkout(path: str) -> None:
     with pytest.raises(ConfigError, match="install.submodules.0.*not the checkout itself"):
         parse(f'[install]\nsubmodules = ["{path}"]')
+
+
+@pytest.mark.parametrize("name", ["../../../../../tmp/x/grid", "/etc/grid", "a.b", "-x", "a b"])
+def test_a_suite_name_must_be_a_plain_name_not_a_path(tmp_path: Path, name: str) -> None:
+    # audit, 2026-12-05: a path read any *.toml on the host and the error (published to the
+    # commit's status) listed its kernels; a missing file answered differently
+    with pytest.raises(ConfigError) as err:
+        parse(f'[suites]\nnames = ["basic", "{name}"]\nkernels = ["softmax"]\n')
+    assert str(err.value) == (
+        ".kernelwatch.toml: suites.names[1] must be a suite name such as basic or mylib-gemm "
+        f'(letters, digits, _ and -, not starting with _ or -), got "{name}"'
+    )
+
+
+def test_a_suite_name_that_reaches_a_hosts_file_reads_nothing(tmp_path: Path) -> None:
+    from importlib import resources
+
+    (tmp_path / "grid.toml").write_text('[[smoke]]\nkernel = "SECRET_TOKEN_abc"\n')
+    package = Path(str(resources.files("kernelwatch.kernels.suites")))
+    name = os.path.relpath(tmp_path / "grid", package)
+    with pytest.raises(ConfigError) as err:
+        parse(f'[suites]\nnames = ["{name}"]\nkernels = ["softmax"]\n')
+    assert "SECRET" not in str(err.value) and "must be a suite name" in str(err.value)
