@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.run_options import ConfigNote, RunOptions
-from kernelwatch.db.store import store_record, stored_case_ids
+from kernelwatch.db.store import public_source, store_record, stored_case_ids
 from kernelwatch.jobs.errors import (
     CommitNotFound,
     ConfigError,
@@ -308,7 +308,7 @@ def _paired_request(
     if not mirror.has_commit(baseline_sha):
         mirror.sync()
     if not mirror.has_commit(baseline_sha):
-        raise CommitNotFound(f"baseline {baseline_sha} not found in {mirror.source}")
+        raise CommitNotFound(f"baseline {baseline_sha} not found in {public_source(mirror.source)}")
     _append_log(factory, run_id, f"paired mode: building baseline {baseline_sha[:12]}\n")
     note = options.config
     install = install_of(note.baseline_install if note is not None else None)

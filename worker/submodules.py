@@ -27,6 +27,11 @@ shared config by an earlier checkout is never the one used; nested submodules ar
 checked level by level (git's ``--recursive`` would fetch them unchecked). A
 ``submodule.<name>.update`` set to a ``!command`` is refused by git for
 ``.gitmodules`` and cannot come from elsewhere here.
+
+A relative URL resolved against a source that carries a token
+(``https://x-access-token:TOKEN@host/…``) carries it too, on git's command line and in
+git's own messages; what goes from here to a log or an error (the build log shown on
+the dashboard) passes through ``db.store.public_source`` first.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kernelwatch.db.store import public_source
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError
 from kernelwatch.jobs.library.mapping import parse_mapping
 from kernelwatch.jobs.library.mirror import SAFE_OPTIONS, git_env
@@ -53,7 +59,7 @@ def parse_mirrors(text: str | None) -> dict[str, str]:
     for upstream, mirror in pairs.items():
         for url in (upstream, mirror):
             if not _URL.match(url) or url.lower().startswith("ext::"):
-                raise ConfigError(f"submodule mirrors: refusing URL {url!r}")
+                raise ConfigError(f"submodule mirrors: refusing URL {public_source(url)!r}")
     return pairs
 
 
@@ -120,7 +126,7 @@ def checked_url(name: str, url: str, base: str, origin: tuple[str, str] | None) 
     repository: then any network host, still never a local one).
     """
     full = resolve(url.strip(), base)
-    where = f".gitmodules: submodule {name!r} url {url!r}"
+    where = public_source(f".gitmodules: submodule {name!r} url {url!r}")
     found = origin_of(full)
     if found is None:
         raise ConfigError(
@@ -222,7 +228,9 @@ def _update(
     if left <= 0:
         raise InfrastructureError("submodule update timed out")
     code, log, timed_out = run_logged(argv, cwd=checkout, env=env, timeout=left)
-    header = "$ " + " ".join(argv) + "\n"
+    # the argv and git's messages hold the resolved URLs, with the source's token if any
+    header = public_source("$ " + " ".join(argv)) + "\n"
+    log = public_source(log)
     if timed_out:
         raise InfrastructureError(f"submodule update timed out after {left:.0f}s\n{log}")
     if code != 0:

@@ -201,3 +201,53 @@ def test_allowed_submodule_urls_resolve_as_git_does() -> None:
     assert check("c", "../../../../x", base, origin) == "https://github.com/x"
     # a local superproject (a development source): any network host, never a local one
     assert check("c", UPSTREAM, "/srv/src/fa", None) == UPSTREAM
+
+
+# ----------------------------------------------------------------------------- audit, 2026-12-05
+# A relative URL resolved against a source with a token carried the token into git's
+# command line, which the log's "$ ..." header showed, and into git's own messages: the
+# build log (on the dashboard) and the error both held it.
+
+TOKEN_SOURCE = "https://x-access-token:ghs_SECRET123@github.com/Dao-AILab/flash-attention.git"
+TOKEN_SUB = "https://x-access-token:ghs_SECRET123@github.com/Dao-AILab/cutlass.git"
+
+
+def test_a_sources_token_never_reaches_the_submodule_log(
+    tmp_path: Path, repos: tuple[Path, Path, str, str]
+) -> None:
+    cutlass, fa, _, _ = repos
+    checkout = _checkout(tmp_path, fa, _pin(fa, "csrc/cutlass", "../cutlass.git"), "w4")
+    log = submodules.update(
+        checkout, ["csrc/cutlass"], {TOKEN_SUB: str(cutlass)}, superproject=TOKEN_SOURCE
+    )
+    assert (checkout / "csrc/cutlass/include/cute/tensor.hpp").is_file()  # it was used
+    assert "SECRET" not in log and "x-access-token" not in log
+    assert "https://github.com/Dao-AILab/cutlass.git" in log  # the URL, without its user
+
+
+def test_a_sources_token_never_reaches_a_submodule_error(
+    tmp_path: Path, repos: tuple[Path, Path, str, str]
+) -> None:
+    _, fa, _, _ = repos
+    checkout = _checkout(tmp_path, fa, _pin(fa, "csrc/cutlass", "../cutlass.git"), "w5")
+    gone = (tmp_path / "no-such").as_uri() + "/"
+    with pytest.raises(InfrastructureError, match="submodule update failed") as err:
+        submodules.update(
+            checkout,
+            ["csrc/cutlass"],
+            {"https://x-access-token:ghs_SECRET123@github.com/": gone},
+            superproject=TOKEN_SOURCE,
+        )
+    assert "SECRET" not in str(err.value) and "x-access-token" not in str(err.value)
+    with pytest.raises(ConfigError) as bad:
+        submodules.parse_mirrors("https://a/=https://user:ghs_SECRET123@b/ x")
+    assert "SECRET" not in str(bad.value)
+
+
+def test_a_token_in_any_url_of_gits_messages_is_masked() -> None:
+    said = "fatal: unable to access 'https://TOKEN@github.com/o/r.git/': 403\n"
+    said += "fatal: clone of 'https://u:p@h.example/x' into submodule path 'c' failed"
+    assert submodules.public_source(said) == (
+        "fatal: unable to access 'https://github.com/o/r.git/': 403\n"
+        "fatal: clone of 'https://h.example/x' into submodule path 'c' failed"
+    )
