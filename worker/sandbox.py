@@ -92,10 +92,7 @@ ALLOWED = (
     "NVCC_THREADS",
     "CC",
     "CXX",
-    "PIP_INDEX_URL",
-    "PIP_FIND_LINKS",
     "PIP_NO_INDEX",
-    "PIP_CONSTRAINT",
     "PYTHONHASHSEED",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -104,8 +101,21 @@ ALLOWED = (
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
 )
+# The operator's package sources: the worker's *own* pip (released versions, outside the
+# sandbox) reads them (``worker_pip_env``); code under test never sees them. An index URL
+# may carry credentials (https://user:TOKEN@index/simple), and nothing in the sandbox can
+# use them: it has no network, a wheelhouse or constraints file is outside its view, and
+# a from-source build installs with --no-deps --no-build-isolation (worker/venvs.py).
+WORKER_PIP = ("PIP_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONSTRAINT")
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "DATABASE_URL", "BROKER_URL")
-__all__ = ["Sandbox", "SandboxUnavailable", "clean_env", "confine_env", "tool_env"]
+__all__ = [
+    "Sandbox",
+    "SandboxUnavailable",
+    "clean_env",
+    "confine_env",
+    "tool_env",
+    "worker_pip_env",
+]
 SANDBOX_USER = "kernelwatch-sandbox"
 # the whole environment of bwrap and of the set-up steps inside the sandbox
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
@@ -158,6 +168,13 @@ def clean_env(
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+def worker_pip_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The operator's ``PIP_*`` package sources (``WORKER_PIP``) of ``base`` (default:
+    os.environ): for the worker's own pip only, never for code under test."""
+    base = os.environ if base is None else base
+    return {k: base[k] for k in WORKER_PIP if k in base}
 
 
 def recipe_overlay(extra: Mapping[str, str]) -> dict[str, str]:

@@ -73,7 +73,7 @@ from kernelwatch.kernels.devclass import gpu_rows
 from kernelwatch.worker import stubs, submodules
 from kernelwatch.worker.process import open_regular, run_supervised
 from kernelwatch.worker.safewalk import walk_no_follow
-from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env
+from kernelwatch.worker.sandbox import Sandbox, clean_env, confine_env, tool_env, worker_pip_env
 
 logger = logging.getLogger(__name__)
 
@@ -547,6 +547,7 @@ def _run(
         raise InstallError("build timed out before this step", header)
     if trusted:
         env.update(tool_env(env))  # no pip.conf, no $HOME of the worker, no secrets
+        env.update(worker_pip_env())  # the operator's index: the worker's pip only
     scratch = None
     guard = None
     if sandbox is not None and not trusted:

@@ -368,3 +368,44 @@ def test_a_fifo_a_build_leaves_where_the_cache_writes_does_not_block_it(tmp_path
     env = cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
     assert stat.S_ISREG((env.path / ".kw-last-used").lstat().st_mode)
     assert [e["key"] for e in cache.entries()] == [env.key]
+
+
+# ----------------------------------------------------------------------------- audit, 2026-12-05
+# PIP_INDEX_URL was on the allow-list: an operator's index URL with credentials reached
+# code under test (which has no network, so no use for it). Only the worker's own pip,
+# outside the sandbox, reads the operator's package sources now.
+
+INDEX = "https://kw:idx-SECRET-9@pypi.internal.example/simple"
+PIP_PROBE = (
+    "import json, os; "
+    "open('seen.json', 'w').write("
+    "json.dumps({k: v for k, v in os.environ.items() if k.startswith('PIP_')}))"
+)
+
+
+def test_code_under_test_never_sees_the_operators_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", INDEX)
+    monkeypatch.setenv("PIP_FIND_LINKS", "https://kw:links-SECRET-9@wheels.example/")
+    monkeypatch.setenv("PIP_CONSTRAINT", "https://kw:c-SECRET-9@wheels.example/c.txt")
+    assert not any(k in clean_env() for k in ("PIP_INDEX_URL", "PIP_FIND_LINKS"))
+    src = tmp_path / "lib"
+    src.mkdir()
+    recipe = BuildRecipe(recipe="command", commands=(("{python}", "-c", PIP_PROBE),))
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN, sandbox=_box())
+    spec = CommitSpec("https://example.invalid/lib", "c" * 40)
+    env = cache.commit_env(spec, recipe, lambda d: shutil.copytree(src, d), use_ccache=False)
+    seen = (env.path / "src" / "seen.json").read_text()
+    assert "SECRET" not in seen and "PIP_INDEX_URL" not in seen, seen
+
+
+def test_the_workers_own_pip_still_reads_the_operators_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernelwatch.worker import venvs
+
+    monkeypatch.setenv("PIP_INDEX_URL", INDEX)
+    venvs._run([sys.executable, "-c", PIP_PROBE], tmp_path, {}, 60, trusted=True)
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["PIP_INDEX_URL"] == INDEX and seen["PIP_CONFIG_FILE"] == os.devnull
