@@ -252,6 +252,9 @@ class EnvCache:
         fail fast instead of reaching for the network (git only over ``file``,
         pip without an index): a build script that tries to download on an
         air-gapped host would otherwise hang until its timeout.
+
+        ``timeout``: the server's limit on the build (``KW_INSTALL_TIMEOUT_S``); the
+        recipe's ``timeout_s`` may shorten it, never lengthen it.
         """
         material = {
             "kind": "commit",
@@ -278,7 +281,9 @@ class EnvCache:
                 writable[-1].mkdir(parents=True, exist_ok=True)
             if offline:
                 env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
-            deadline = time.monotonic() + (recipe.timeout_s or timeout)
+            # the repository's timeout_s may only shorten the server's limit, never raise it
+            limit = min(recipe.timeout_s, timeout) if recipe.timeout_s else timeout
+            deadline = time.monotonic() + limit
             box.check()
             box.owner([dest], within=self.root)
             # the shared ccache: its top only, never a walk through what other builds,

@@ -317,7 +317,11 @@ class InstallRecipe(Table):
     # bisection never builds or blames it (``jobs/planning/bisect.py:distinct_builds``).
     inputs: tuple[RelPath, ...] = ()
     env: Env = Field(default_factory=dict)
-    timeout_s: Timeout | None = None
+    timeout_s: Timeout | None = Field(
+        default=None,
+        description="the build's time limit in seconds; the server's KW_INSTALL_TIMEOUT_S "
+        "caps it (a recipe may shorten the server's limit, never lengthen it)",
+    )
     stub_sources: StubSources | None = None
     profile_for: dict[str, StrictStr] = Field(default_factory=dict)
     profiles: dict[str, InstallProfile] = Field(default_factory=dict)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,23 @@ def test_commit_build_failure_and_timeout_are_install_errors(tmp_path: Path) -> 
         cache.commit_env(spec, slow, _copy(_source(tmp_path)), use_ccache=False)
     assert not any((tmp_path / "envs" / "entries").iterdir())
     assert len(list((tmp_path / "envs" / "logs").iterdir())) == 2
+
+
+def test_a_recipes_timeout_may_shorten_the_servers_but_never_lengthen_it(
+    tmp_path: Path,
+) -> None:
+    # audit, 2026-12-05: [install] timeout_s = 86400 replaced the server's install limit
+    cache = EnvCache(tmp_path / "envs", TOOLCHAIN)
+    spec = CommitSpec("lib", "b" * 40)
+    slow = BuildRecipe(
+        recipe="command",
+        commands=(("{python}", "-c", "import time; time.sleep(60)"),),
+        timeout_s=86400.0,
+    )
+    started = time.monotonic()
+    with pytest.raises(InstallError, match="timed out"):
+        cache.commit_env(spec, slow, _copy(_source(tmp_path)), use_ccache=False, timeout=2.0)
+    assert time.monotonic() - started < 30  # the server's 2 s, not the recipe's day
 
 
 def test_an_outage_during_a_build_is_ours_not_the_commits(tmp_path: Path) -> None:
