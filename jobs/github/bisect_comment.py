@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.jobs.github.client import GitHubClient, GitHubError
+from kernelwatch.jobs.github.render import code_span
 from kernelwatch.kernels.units import ratio_text
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,9 @@ def render(row: Bisection, dashboard_url: str) -> str:
         f"paired against its parent `{(row.culprit_parent or '')[:12]}`.",
         "",
         f"Range `{row.good_sha[:12]}..{row.bad_sha[:12]}`"
-        + (f", cases `{row.case_pattern}`" if row.case_pattern else "")
+        # the pattern may hold a kernel name or label from code under test: a code span
+        # it cannot close, so nothing in it renders
+        + (f", cases {code_span(row.case_pattern)}" if row.case_pattern else "")
         + f": {len(row.steps)} steps ({skipped} skipped), "
         f"{row.gpu_seconds:.0f} device seconds.",
     ]

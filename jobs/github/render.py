@@ -6,6 +6,7 @@ tests pin them with golden files. Nothing here touches the database or GitHub.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Any
 
@@ -105,16 +106,45 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
 # --------------------------------------------------------------------------- markdown
 
 
+# Text from code under test (errors, case labels, kernel names, a pull request's config
+# notes) is shown in the bot's comment as inert text: an exception message could ping
+# teams (@org/team), link issues (#123), post links and images ([x](url), ![x](url), a
+# bare https://...) in the bot's name (an audit, 2026-12-05). A zero-width joiner after
+# "@" and "#" breaks mentions and references (whatever GitHub does with escapes), a
+# backslash escapes "[", "]" and "!" (no link, image or footnote starts without "["; the
+# parentheses of "(1 not measured)" stay as they are), a zero-width space breaks a bare
+# URL's autolink.
+_ZWJ = "\u200d"
+_ZWSP = "\u200b"
+_MD_ESCAPED = str.maketrans(
+    {
+        "\\": "\\\\",
+        "&": "&amp;",  # "&#64;team" would decode to a mention
+        "|": "\\|",
+        "`": "'",
+        "<": "&lt;",
+        ">": "&gt;",
+        "[": "\\[",
+        "]": "\\]",
+        "!": "\\!",
+        "#": "\\#" + _ZWJ,
+        "@": "@" + _ZWJ,
+    }
+)
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z])(?=://)|(?<=\bwww)(?=\.)")
+
+
 def _md(text: str) -> str:
-    """Table-cell safe: pipes escaped, newlines folded, backticks and HTML neutralised."""
-    return (
-        " ".join(text.split())
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("`", "'")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-    )
+    """Untrusted text as inert markdown, table-cell safe: newlines folded, pipes escaped,
+    backticks and HTML neutralised, no mention, reference, link, image or autolink."""
+    return _AUTOLINK.sub(_ZWSP, " ".join(text.split()).translate(_MD_ESCAPED))
+
+
+def code_span(text: str) -> str:
+    """Untrusted text as an inline code span (nothing inside one renders), table-cell
+    safe: newlines folded, a backtick cannot close it, pipes escaped (GFM splits cells
+    on them even inside code)."""
+    return "`" + " ".join(text.split()).replace("`", "'").replace("|", "\\|") + "`"
 
 
 def _headline(verdict: CommitVerdict) -> str:
@@ -137,7 +167,7 @@ def _headline(verdict: CommitVerdict) -> str:
     if overall == RunVerdict.NEUTRAL:
         n = totals.get(CaseVerdict.INCONCLUSIVE, 0)
         if not n:  # neutral with nothing open: a class that measured nothing says why
-            said = [c.description for c in verdict.classes if c.state == "neutral"]
+            said = [_md(c.description) for c in verdict.classes if c.state == "neutral"]
             return f"⚪ neutral: {'; '.join(said)}"
         return f"⚪ neutral: {n} inconclusive after re-measures, no regressions found"
     if overall == RunVerdict.PASS:
@@ -155,29 +185,35 @@ def render_comment(
     """Markdown for the one PR comment kernelwatch keeps (updated in place)."""
     base_url = dashboard_url.rstrip("/")
     baselines = sorted({c.baseline_sha for c in verdict.classes if c.baseline_sha})
-    against = f" against {baseline_label} `{baselines[0][:12]}`" if len(baselines) == 1 else ""
+    against = (
+        f" against {_md(baseline_label)} {code_span(baselines[0][:12])}"
+        if len(baselines) == 1
+        else ""
+    )
     out = [
         COMMENT_MARKER,
         f"### kernelwatch: {_headline(verdict)}",
         "",
-        f"Commit `{verdict.sha[:12]}`{against}.",
+        f"Commit {code_span(verdict.sha[:12])}{against}.",
         "",
         "| GPU class | result | summary | details |",
         "| --- | --- | --- | --- |",
     ]
     for c in verdict.classes:
         out.append(
-            f"| `{_md(c.device_class)}` | {_ICON.get(c.state, '')} {c.state} | "
+            f"| {code_span(c.device_class)} | {_ICON.get(c.state, '')} {c.state} | "
             f"{_md(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
         )
     priced = [c for c in verdict.classes if c.price.cases]
     if priced:
         out.append("")
-        out += [f"`{_md(c.device_class)}`: {_md(c.price.text(c.device_class))}." for c in priced]
+        out += [
+            f"{code_span(c.device_class)}: {_md(c.price.text(c.device_class))}." for c in priced
+        ]
     for c in verdict.classes:
         if c.telemetry_off:
             text = no_telemetry_text(c.telemetry_off, c.telemetry_timed)
-            out += ["", f"⚠️ `{_md(c.device_class)}`: {_md(text)}."]
+            out += ["", f"⚠️ {code_span(c.device_class)}: {_md(text)}."]
     for c in verdict.classes:
         if c.moved:
             out += ["", *_moved_table(c)]
@@ -244,7 +280,7 @@ def answer_view(answer: GateAnswer, dashboard_url: str = "") -> dict[str, Any]:
 
 def _moved_table(c: ClassVerdict) -> list[str]:
     rows = [
-        f"**`{_md(c.device_class)}`: cases that moved**",
+        f"**{code_span(c.device_class)}: cases that moved**",
         "",
         "| case | verdict | ratio | interval | baseline | candidate |",
         "| --- | --- | ---: | --- | ---: | ---: |",
@@ -255,7 +291,7 @@ def _moved_table(c: ClassVerdict) -> list[str]:
             note += f" · from {_md(m.source or f'run {m.run_id}')}"
         word = verdict_label(c.device_class, m.verdict, c.cpu_timings_gate)
         rows.append(
-            f"| `{_md(m.kernel)}` {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
+            f"| {code_span(m.kernel)} {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
             f"{note} | {fmt_ratio(m)} | {fmt_interval(m)} | "
             f"{fmt_time(m.baseline_median_s)} | {fmt_time(m.median_s)} |"
         )
@@ -264,4 +300,4 @@ def _moved_table(c: ClassVerdict) -> list[str]:
     return rows
 
 
-__all__ = ["COMMENT_MARKER", "fmt_ratio", "fmt_time", "format_gate", "render_comment"]
+__all__ = ["COMMENT_MARKER", "code_span", "fmt_ratio", "fmt_time", "format_gate", "render_comment"]
