@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from kernelwatch.dashboard import cached, charts, fmt, nav, queries
+from kernelwatch.jobs.judging.inert_text import code_span
 from kernelwatch.jobs.judging.verdicts import verdict_label
 from kernelwatch.kernels.casepattern import case_names, matches
 from kernelwatch.kernels.verdict import CaseVerdict
@@ -192,7 +193,7 @@ def _summary(row: pd.Series) -> None:
         f"on `{row['device_class']}`"
     )
     if row["case_pattern"]:
-        line += f", cases `{row['case_pattern']}`"
+        line += f", cases {code_span(str(row['case_pattern']))}"
     if isinstance(culprit, str):
         word = verdict_label(str(row["device_class"]), str(row["culprit_verdict"]))
         line += f". Culprit **{word}**"

@@ -24,6 +24,7 @@ from kernelwatch.dashboard import auth, cached, fmt, nav, queries
 from kernelwatch.db.run_options import RunOptions
 from kernelwatch.db.triage import ACTIVE_STATES, TRIAGE_ACTIONS
 from kernelwatch.jobs.judging.history import CHANGEPOINT
+from kernelwatch.jobs.judging.inert_text import inert
 from kernelwatch.kernels.verdict import PLUMBING_ONLY, CaseVerdict
 
 STATES = ("open", "acknowledged", "expected", "false_positive", "fixed")
@@ -193,7 +194,7 @@ def repro_commands(r: dict[str, Any]) -> str:
 
 
 def detail(url: str, r: dict[str, Any]) -> None:
-    st.subheader(f"#{r['id']} {r['kernel']} · {r['label']}")
+    st.subheader(f"#{r['id']} " + inert(f"{r['kernel']} · {r['label']}"))
     if r.get("plumbing_only"):
         st.warning(
             f"CPU timing: {PLUMBING_ONLY}. A loaded machine moves CPU times by whole factors; "
@@ -206,8 +207,9 @@ def detail(url: str, r: dict[str, Any]) -> None:
         + f" · state **{r['state']}**"
     )
     if r["detail"]:
-        st.caption(r["detail"])
-    st.markdown(f"Suspect range `{suspect_range(r)}` — {fmt.first_line(r['message'], 120)}")
+        st.caption(inert(str(r["detail"])))
+    message = inert(fmt.first_line(r["message"], 120))  # a commit message: untrusted
+    st.markdown(f"Suspect range `{suspect_range(r)}` — {message}")
     links = [
         f"[run #{int(r['run_id'])}]({nav.link('run', run=int(r['run_id']))})",
         f"[trend]({trend_link(r)})",

@@ -14,6 +14,7 @@ import streamlit as st
 from kernelwatch.dashboard import cached, fmt, nav
 from kernelwatch.db.models import RUN_STATES
 from kernelwatch.db.run_options import RunOptions
+from kernelwatch.jobs.judging.inert_text import inert
 from kernelwatch.kernels.verdict import CaseVerdict
 
 LOG_TAIL_CHARS = 20_000
@@ -146,7 +147,7 @@ def render_run(url: str, run_id: int) -> None:
     st.title(f"Run #{run_id} · {run['repository']} @ {what}")
     subject = fmt.first_line(run["message"], 200)
     if subject:
-        st.caption(subject)
+        st.caption(inert(subject))  # a commit message: the repository's words
     st.markdown(
         f"{badge(run['status'])} {badge(run['verdict'] or 'not judged')} · "
         f"**{run['device_class']}** on `{run['worker'] or 'no worker yet'}` · "
@@ -217,7 +218,7 @@ def show_error(text: str) -> None:
     (a traceback or pip's message flattened into a paragraph is unreadable, issue 18)."""
     text = str(text).strip()
     first = text.splitlines()[0] if text else ""
-    st.error(first)
+    st.error(inert(first))  # code under test's words: never a link or an image
     if text != first:
         st.code(text, language=None)
 
@@ -254,7 +255,8 @@ def cases_tab(results: pd.DataFrame, run: dict[str, Any]) -> None:
         st.error(
             "Broken: "
             + "; ".join(
-                f"{r.kernel} ({r.label}): {fmt.first_line(r.error, 120) or 'correctness failed'}"
+                inert(f"{r.kernel} ({r.label}): ")
+                + inert(fmt.first_line(r.error, 120) or "correctness failed")
                 for r in broken.itertuples()
             )
         )

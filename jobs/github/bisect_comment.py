@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.jobs.github.client import GitHubClient, GitHubError
-from kernelwatch.jobs.github.render import code_span
+from kernelwatch.jobs.judging.inert_text import code_span
 from kernelwatch.kernels.units import ratio_text
 
 log = logging.getLogger(__name__)

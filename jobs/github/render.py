@@ -6,12 +6,12 @@ tests pin them with golden files. Nothing here touches the database or GitHub.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 from typing import Any
 
 from kernelwatch.jobs.cli.exit_codes import for_answer
 from kernelwatch.jobs.judging.gate_answer import GateAnswer, gate_table
+from kernelwatch.jobs.judging.inert_text import code_span, inert
 from kernelwatch.jobs.judging.report import error_lines, no_telemetry_text
 from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
 from kernelwatch.kernels.units import interval_text, ratio_text, seconds_text
@@ -106,47 +106,6 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
 # --------------------------------------------------------------------------- markdown
 
 
-# Text from code under test (errors, case labels, kernel names, a pull request's config
-# notes) is shown in the bot's comment as inert text: an exception message could ping
-# teams (@org/team), link issues (#123), post links and images ([x](url), ![x](url), a
-# bare https://...) in the bot's name (an audit, 2026-12-05). A zero-width joiner after
-# "@" and "#" breaks mentions and references (whatever GitHub does with escapes), a
-# backslash escapes "[", "]" and "!" (no link, image or footnote starts without "["; the
-# parentheses of "(1 not measured)" stay as they are), a zero-width space breaks a bare
-# URL's autolink.
-_ZWJ = "\u200d"
-_ZWSP = "\u200b"
-_MD_ESCAPED = str.maketrans(
-    {
-        "\\": "\\\\",
-        "&": "&amp;",  # "&#64;team" would decode to a mention
-        "|": "\\|",
-        "`": "'",
-        "<": "&lt;",
-        ">": "&gt;",
-        "[": "\\[",
-        "]": "\\]",
-        "!": "\\!",
-        "#": "\\#" + _ZWJ,
-        "@": "@" + _ZWJ,
-    }
-)
-_AUTOLINK = re.compile(r"(?i)(?<=[a-z])(?=://)|(?<=\bwww)(?=\.)")
-
-
-def _md(text: str) -> str:
-    """Untrusted text as inert markdown, table-cell safe: newlines folded, pipes escaped,
-    backticks and HTML neutralised, no mention, reference, link, image or autolink."""
-    return _AUTOLINK.sub(_ZWSP, " ".join(text.split()).translate(_MD_ESCAPED))
-
-
-def code_span(text: str) -> str:
-    """Untrusted text as an inline code span (nothing inside one renders), table-cell
-    safe: newlines folded, a backtick cannot close it, pipes escaped (GFM splits cells
-    on them even inside code)."""
-    return "`" + " ".join(text.split()).replace("`", "'").replace("|", "\\|") + "`"
-
-
 def _headline(verdict: CommitVerdict) -> str:
     totals: dict[str, int] = {}
     for c in verdict.classes:
@@ -167,7 +126,7 @@ def _headline(verdict: CommitVerdict) -> str:
     if overall == RunVerdict.NEUTRAL:
         n = totals.get(CaseVerdict.INCONCLUSIVE, 0)
         if not n:  # neutral with nothing open: a class that measured nothing says why
-            said = [_md(c.description) for c in verdict.classes if c.state == "neutral"]
+            said = [inert(c.description) for c in verdict.classes if c.state == "neutral"]
             return f"⚪ neutral: {'; '.join(said)}"
         return f"⚪ neutral: {n} inconclusive after re-measures, no regressions found"
     if overall == RunVerdict.PASS:
@@ -186,7 +145,7 @@ def render_comment(
     base_url = dashboard_url.rstrip("/")
     baselines = sorted({c.baseline_sha for c in verdict.classes if c.baseline_sha})
     against = (
-        f" against {_md(baseline_label)} {code_span(baselines[0][:12])}"
+        f" against {inert(baseline_label)} {code_span(baselines[0][:12])}"
         if len(baselines) == 1
         else ""
     )
@@ -202,18 +161,18 @@ def render_comment(
     for c in verdict.classes:
         out.append(
             f"| {code_span(c.device_class)} | {_ICON.get(c.state, '')} {c.state} | "
-            f"{_md(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
+            f"{inert(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
         )
     priced = [c for c in verdict.classes if c.price.cases]
     if priced:
         out.append("")
         out += [
-            f"{code_span(c.device_class)}: {_md(c.price.text(c.device_class))}." for c in priced
+            f"{code_span(c.device_class)}: {inert(c.price.text(c.device_class))}." for c in priced
         ]
     for c in verdict.classes:
         if c.telemetry_off:
             text = no_telemetry_text(c.telemetry_off, c.telemetry_timed)
-            out += ["", f"⚠️ {code_span(c.device_class)}: {_md(text)}."]
+            out += ["", f"⚠️ {code_span(c.device_class)}: {inert(text)}."]
     for c in verdict.classes:
         if c.moved:
             out += ["", *_moved_table(c)]
@@ -225,7 +184,7 @@ def render_comment(
             "judged by its base branch's thresholds, suites and kernels, and may only tighten "
             "them.",
             "",
-            *(f"- {_md(note)}" for note in ignored),
+            *(f"- {inert(note)}" for note in ignored),
         ]
     levels = sorted({c.confidence for c in verdict.classes if c.confidence is not None})
     level = f"{levels[0] * 100:g} %" if len(levels) == 1 else "the configured"
@@ -286,12 +245,12 @@ def _moved_table(c: ClassVerdict) -> list[str]:
         "| --- | --- | ---: | --- | ---: | ---: |",
     ]
     for m in c.moved[:50]:
-        note = f" ({_md(_clip(m.error, 300))})" if m.error else ""
+        note = f" ({inert(_clip(m.error, 300))})" if m.error else ""
         if m.run_id is not None and m.run_id != c.run_id:
-            note += f" · from {_md(m.source or f'run {m.run_id}')}"
+            note += f" · from {inert(m.source or f'run {m.run_id}')}"
         word = verdict_label(c.device_class, m.verdict, c.cpu_timings_gate)
         rows.append(
-            f"| {code_span(m.kernel)} {_md(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
+            f"| {code_span(m.kernel)} {inert(m.label)} | {_CASE_ICON.get(m.verdict, '')} {word}"
             f"{note} | {fmt_ratio(m)} | {fmt_interval(m)} | "
             f"{fmt_time(m.baseline_median_s)} | {fmt_time(m.median_s)} |"
         )

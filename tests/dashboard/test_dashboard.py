@@ -184,6 +184,26 @@ def test_run_view_shows_cases_logs_and_telemetry(db: tuple[str, History]) -> Non
     assert f"compare with baseline run #{h.run_ids[2]}" in texts(at)
 
 
+HOSTILE = "see ![px](https://evil.example/t.png) and [log in](https://evil.example) @acme/sec"
+
+
+def test_run_view_shows_repository_and_kernel_text_inert(db: tuple[str, History]) -> None:
+    """A commit message and a kernel's error are the repository's words: shown, never a
+    link, an image (loaded in every viewer's browser) or a mention."""
+    url, h = db
+    run_id = h.run_ids[3]
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE commits SET message = ? WHERE id = (SELECT commit_id FROM runs "
+                     "WHERE id = ?)", (HOSTILE, run_id))  # fmt: skip
+        conn.execute("UPDATE results SET error = ? WHERE run_id = ? AND status = 'fail'",
+                     (HOSTILE, run_id))  # fmt: skip
+    at = open_page("run", run=run_id)
+    shown = "\n".join(str(e.value) for e in [*at.caption, *at.error])
+    assert "evil.example" in shown  # said, not hidden
+    for live in ("![", "[log in](", "](https://", "@acme"):
+        assert live not in shown, shown
+
+
 def test_run_view_marks_throttled_measurements(db: tuple[str, History]) -> None:
     _, h = db
     at = open_page("run", run=h.run_ids[1])
