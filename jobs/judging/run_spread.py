@@ -15,10 +15,12 @@ So the interval of the ratio of two runs' medians is widened by the spread of a 
 median around the series' level, ``sd`` on the log scale, which both runs carry:
 half-widths ``sqrt(h**2 + (z * sqrt(2) * sd)**2)`` (``widen``). ``sd`` is read from the
 case's own history on the GPU class (``series_sd``: successive differences of the last
-``WINDOW`` runs' medians, median absolute, so one real step does not count as noise),
-and is never below ``GPU_FLOOR`` on a GPU: the median of that spread over Liger's ten
-bf16 cases in those 8 runs (0.09-2.5 %, median 0.2 %; the per-process offsets of
-``docs/measurement.md`` §2 are of that size too, ±0.3 % on a bandwidth kernel). Two
+``WINDOW`` runs' medians, median absolute, so one real step does not count as noise;
+a difference of ``STEP`` or more, a factor of two, is left out as a step whatever the
+series' length), and is never below ``GPU_FLOOR`` on a GPU: the median of that
+spread over Liger's ten bf16 cases in those 8 runs (0.09-2.5 %, median 0.2 %; the
+per-process offsets of ``docs/measurement.md`` §2 are of that size too, ±0.3 % on a
+bandwidth kernel). Two
 earlier runs (the baseline and one before it) are enough to read a spread, a rough
 one: Liger's softmax jumped +3.4 % at its third run, and the 0.9 % between its first
 two made that ``inconclusive``. A series of one run has the floor alone, so the
@@ -28,6 +30,23 @@ unchanged case can still be called ``unchanged`` at the 1 % minimum effect when 
 runs agree closely, and a case whose runs move more is ``inconclusive`` rather than a
 false ``regression``. CPU timings are plumbing only (``kernels/verdict.py``) and get
 no floor.
+
+Why ``STEP``: the median of a handful of differences is no defence against a real step
+and its revert. A user's softmax went 431x slower at one commit and back at the next:
+with 2-4 differences in its history, two of them were that step, their median read it
+as noise (sd 3.2 on the log scale) and every later comparison of the case had an
+interval like [0.0047, 39702537], an unchanged commit "0.886x [7.7e-6, 101439]"; a
+real regression after it would have read ``inconclusive``. The history's change-point
+detector (``detect.py``) cannot see it: it needs ``min_segment`` (4) runs on each side
+of a level, never calls a one-run excursion a level, and even a clean 2x step takes
+about 8 runs a side to pass its rank test; the median fails exactly where the history
+is shorter than that (a step and its revert are two differences, the median of five
+or more is safe from them). So the difference itself must say
+it: run-to-run noise of unchanged code is a few per cent on a GPU (Liger's softmax 3.4 %
+at most; the largest process offset in ``docs/measurement.md`` §20, a whole role 25 %
+slow), and a median that moved by a factor of two between two runs was a change of the
+code (or of the machine), never the noise the next comparison must allow for. A series
+whose every difference is that large has no reading (None: the floor alone).
 """
 
 from __future__ import annotations
@@ -55,6 +74,9 @@ GPU_FLOOR = 0.002
 # runs of a case's history read for its spread, and the fewest that give one
 WINDOW = 30
 MIN_POINTS = 2
+# a successive difference of log medians this large (a factor of two) is a step of the
+# code or the machine, never run-to-run noise: left out of the spread
+STEP = math.log(2.0)
 # runs read at most, newest first (each case then keeps its newest WINDOW of them)
 RUNS_READ = 4 * WINDOW
 # the runs a spread is read from: the history's triggers and imported measurements of
@@ -67,17 +89,23 @@ _MAD_TO_SD = 1 / 0.6745
 def series_sd(medians: Sequence[float]) -> float | None:
     """The sd of one run's log median around its series' level, from the series
     (oldest first); None for fewer than ``MIN_POINTS`` positive medians (one
-    difference is a rough reading, but a reading: better than none).
+    difference is a rough reading, but a reading: better than none), or when every
+    difference is a step.
 
     Successive differences see the noise of two runs each (hence ``/ sqrt(2)``) and a
     level shift only once; their median absolute value ignores the few that a real
-    change made.
+    change made in a long series. A difference of ``STEP`` or more is a change, not
+    noise, and is left out first: in a short series a step and its revert are half
+    the differences, and their median would be the step.
     """
     logs = [math.log(m) for m in medians if m is not None and math.isfinite(m) and m > 0]
     if len(logs) < MIN_POINTS:
         return None
-    steps = [abs(b - a) for a, b in zip(logs, logs[1:], strict=False)]
-    return statistics.median(steps) * _MAD_TO_SD / math.sqrt(2)
+    moves = [abs(b - a) for a, b in zip(logs, logs[1:], strict=False)]
+    noise = [d for d in moves if d < STEP]
+    if not noise:
+        return None
+    return statistics.median(noise) * _MAD_TO_SD / math.sqrt(2)
 
 
 def floor_for(device_class: str | None) -> float:
@@ -187,6 +215,7 @@ __all__ = [
     "GPU_FLOOR",
     "MIN_POINTS",
     "SPREAD_TRIGGERS",
+    "STEP",
     "WINDOW",
     "case_spreads",
     "floor_for",

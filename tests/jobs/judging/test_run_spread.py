@@ -20,7 +20,14 @@ from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
 from kernelwatch.jobs.judging.analysis import analyze
 from kernelwatch.jobs.judging.comparison import compare
-from kernelwatch.jobs.judging.run_spread import GPU_FLOOR, floor_for, series_sd, spread, widen
+from kernelwatch.jobs.judging.run_spread import (
+    GPU_FLOOR,
+    STEP,
+    floor_for,
+    series_sd,
+    spread,
+    widen,
+)
 from kernelwatch.kernels.verdict import CaseVerdict, RunVerdict
 
 # the medians (µs) of Liger's softmax 32768x1000 over its 8 commits on the H200
@@ -74,7 +81,12 @@ def test_a_jump_the_history_has_made_before_is_not_a_regression() -> None:
     )
 
 
-def _history(session: Session, medians: list[float], device_class: str = "h200") -> list[Run]:
+def _history(
+    session: Session,
+    medians: list[float],
+    device_class: str = "h200",
+    settings: Settings | None = None,
+) -> list[Run]:
     """One manual run per commit of a linear history, each judged against its parent as
     the worker judges it; samples within ±0.1 % of the run's median."""
     repo = get_or_create_repository(session, "spready", "/src/spready")
@@ -98,10 +110,17 @@ def _history(session: Session, medians: list[float], device_class: str = "h200")
                            record={"suite": "basic", "kernel": "softmax"}))  # fmt: skip
         session.flush()
         session.expire(run)
-        assert analyze(session, run, Settings())
+        assert analyze(session, run, settings or Settings())
         session.flush()
         runs.append(run)
     return runs
+
+
+def _interval(run: Run) -> tuple[float, float, float]:
+    (result,) = run.results
+    assert result.ratio is not None
+    assert result.ratio_ci_low is not None and result.ratio_ci_high is not None
+    return result.ratio, result.ratio_ci_low, result.ratio_ci_high
 
 
 def _verdict(run: Run) -> CaseVerdict:
@@ -143,3 +162,49 @@ def test_the_spread_reads_a_bounded_window_up_to_the_baseline(
     series = run_spread.history_medians(session, judged, [CASE], exclude=(judged.id,))
     assert [round(m * 1e6) for m in series[CASE]] == [102, 103, 104]  # oldest first
     assert run_spread.history_medians(session, judged, []) == {}
+
+
+# a user's softmax: one commit made it 431x slower, the next reverted it
+STEP_AND_REVERT = [100.0, 100.2, 43100.0, 99.9, 100.1]
+
+
+def test_a_step_and_its_revert_are_not_read_as_noise() -> None:
+    """With 2-4 differences, two of them a step and its revert, the median of the
+    differences was the step (sd 3.2 on the log scale): every comparison after it read
+    an interval like [0.0047, 39702537]. Differences of ``STEP`` or more are left out."""
+    assert series_sd(STEP_AND_REVERT) == pytest.approx(0.0021, abs=0.0003)
+    assert series_sd(STEP_AND_REVERT[:4]) == pytest.approx(0.0021, abs=0.0003)  # 3 differences
+    assert series_sd([100.0, 43100.0, 100.0]) is None  # nothing but the step: no reading
+    assert spread([100.0, 43100.0, 100.0], "h200") == GPU_FLOOR
+    assert series_sd([100.0, 250.0, 100.0, 100.5]) == pytest.approx(0.0053, abs=0.0003)
+    assert math.log(2) == pytest.approx(STEP)
+    # a genuinely noisy series (both halves of Liger's softmax: two levels 3 % apart,
+    # visited in turn) is still read as noise, as are moves of 25 % or more short of 2x
+    assert series_sd(SOFTMAX_H200) == pytest.approx(0.0248, abs=0.001)
+    assert series_sd([100.0, 125.0, 100.0, 126.0]) == pytest.approx(0.24, abs=0.02)
+
+
+@pytest.mark.parametrize("device_class", ["cpu", "h200"])
+def test_after_a_step_and_its_revert_an_unchanged_commit_reads_unchanged(
+    session: Session, device_class: str
+) -> None:
+    runs = _history(session, [*STEP_AND_REVERT, 100.0], device_class,
+                    Settings(cpu_timing_gates=True))  # fmt: skip
+    assert _verdict(runs[2]) == CaseVerdict.REGRESSION  # the 431x commit itself
+    assert _verdict(runs[3]) == CaseVerdict.IMPROVEMENT  # its revert
+    ratio, low, high = _interval(runs[-1])
+    assert _verdict(runs[-1]) == CaseVerdict.UNCHANGED, (ratio, low, high)
+    assert 1 / 1.01 < low < ratio < high < 1.01  # a sane interval, not [7.7e-6, 101439]
+
+
+@pytest.mark.parametrize("device_class", ["cpu", "h200"])
+def test_after_a_step_and_its_revert_a_real_regression_still_fails(
+    session: Session, device_class: str
+) -> None:
+    runs = _history(session, [*STEP_AND_REVERT, 100.0, 120.0], device_class,
+                    Settings(cpu_timing_gates=True))  # fmt: skip
+    ratio, low, high = _interval(runs[-1])
+    assert _verdict(runs[-1]) == CaseVerdict.REGRESSION, (ratio, low, high)
+    assert ratio == pytest.approx(1.2, abs=0.01)
+    assert 1.15 < low < ratio < high < 1.25
+    assert runs[-1].verdict == RunVerdict.FAIL
