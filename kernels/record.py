@@ -406,6 +406,32 @@ def paired_section(record: Mapping[str, Any] | None) -> PairedSection | None:
     return None if data is None else PairedSection.from_dict(data)
 
 
+@dataclass(frozen=True)
+class AccuracyLoss:
+    """What a case lost in accuracy against its baseline on the same inputs, from its
+    paired section: ``detail`` as the check worded it ("error grew beyond 1.25x: rel_l2
+    0.000377 vs 0.000287 (1.32x)"), ``growth`` the largest candidate-over-baseline error
+    of stage 1's measures (None where not recorded)."""
+
+    detail: str = ""
+    growth: float | None = None
+
+
+def accuracy_of(record: Mapping[str, Any] | None) -> AccuracyLoss:
+    """The accuracy a case's record says it lost (``less_accurate``: ``accuracy_detail``
+    of its paired section); empty where the record has none (unpaired, or no loss)."""
+    section = paired_section(record)
+    if section is None or not section.accuracy_detail:
+        return AccuracyLoss()
+    stage = section.stage1
+    grown = [
+        float(g)
+        for g in (stage.accuracy_growth.values() if stage is not None else ())
+        if isinstance(g, int | float) and math.isfinite(g)
+    ]
+    return AccuracyLoss(section.accuracy_detail, max(grown) if grown else None)
+
+
 def check_errors(correctness: Correctness | Mapping[str, Any] | None) -> dict[str, float]:
     """A check's error measures (``Correctness.errors``) as numbers; a stored null (a NaN
     or an infinity, ``db.store.json_safe``) reads as NaN, an error that is not finite."""

@@ -53,6 +53,8 @@ class CaseResult(BaseModel):
     tflops: float | None
     gbps: float | None
     error: str
+    accuracy: str = Field("", description="what a less_accurate case lost, as its check said")
+    accuracy_growth: float | None = None
 
 
 class RunDetail(BaseModel):
@@ -113,6 +115,14 @@ class MovedCaseOut(BaseModel):
     error: str
     run_id: int | None = Field(None, description="the run this case's answer came from")
     source: str = Field("", description="that run in words: push run 12, manual run 14")
+    accuracy: str = Field(
+        "",
+        description="what a less_accurate (or broken) case lost against its baseline on the "
+        "same inputs, as its check worded it; empty where none (then ratio is what moved)",
+    )
+    accuracy_growth: float | None = Field(
+        None, description="the largest error growth (candidate / baseline error) behind it"
+    )
 
 
 class ClassVerdictOut(BaseModel):

@@ -13,8 +13,15 @@ from kernelwatch.jobs.cli.exit_codes import for_answer
 from kernelwatch.jobs.judging.gate_answer import GateAnswer, gate_table
 from kernelwatch.jobs.judging.inert_text import code_span, inert
 from kernelwatch.jobs.judging.report import error_lines, no_telemetry_text
-from kernelwatch.jobs.judging.verdicts import ClassVerdict, CommitVerdict, MovedCase, verdict_label
-from kernelwatch.kernels.units import interval_text, ratio_text, seconds_text
+from kernelwatch.jobs.judging.verdicts import (
+    ClassVerdict,
+    CommitVerdict,
+    MovedCase,
+    moved_cells,
+    moved_note,
+    verdict_label,
+)
+from kernelwatch.kernels.units import seconds_text
 from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict, RunVerdict
 
 COMMENT_MARKER = "<!-- kernelwatch:pr-comment -->"
@@ -34,12 +41,13 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def fmt_ratio(case: MovedCase) -> str:
-    """The ratio with its change, in the one unit convention (``kernels/units.py``)."""
-    return ratio_text(case.ratio)
+    """The ratio with its change, in the one unit convention (``kernels/units.py``); a
+    ``less_accurate`` case's error growth instead (``verdicts.moved_cells``)."""
+    return moved_cells(case)[0]
 
 
 def fmt_interval(case: MovedCase) -> str:
-    return interval_text(case.ci_low, case.ci_high)
+    return moved_cells(case)[1]
 
 
 def _clip(text: str, n: int) -> str:
@@ -86,16 +94,17 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
             f"{'baseline':>10} {'now':>10} {'run':>6}  case"
         )
         for m, word in zip(c.moved, words, strict=True):
-            short = m.error and "\n" not in m.error and len(m.error) <= 60
+            note = moved_note(m)  # an accuracy detail (always under its row), an error
+            short = bool(note) and note == m.error and "\n" not in note and len(note) <= 60
             lines.append(
                 f"    {word:<{w}} {fmt_ratio(m):>18} "
                 f"{fmt_interval(m):>16} "
                 f"{fmt_time(m.baseline_median_s):>10} {fmt_time(m.median_s):>10} "
                 f"{m.run_id or c.run_id:>6}  "
-                f"{_case_name(m)}" + (f"  ({m.error})" if short else "")
+                f"{_case_name(m)}" + (f"  ({note})" if short else "")
             )
-            if m.error and not short:  # the whole message, wrapped under its case
-                lines += error_lines(m.error, "      ")
+            if note and not short:  # the whole message, wrapped under its case
+                lines += error_lines(note, "      ")
         if dashboard_url:
             lines.append(f"    {dashboard_url.rstrip('/')}{c.dashboard_path}")
     if not verdict.classes:
@@ -245,7 +254,8 @@ def _moved_table(c: ClassVerdict) -> list[str]:
         "| --- | --- | ---: | --- | ---: | ---: |",
     ]
     for m in c.moved[:50]:
-        note = f" ({inert(_clip(m.error, 300))})" if m.error else ""
+        said = moved_note(m)  # an accuracy detail, an error
+        note = f" ({inert(_clip(said, 300))})" if said else ""
         if m.run_id is not None and m.run_id != c.run_id:
             note += f" · from {inert(m.source or f'run {m.run_id}')}"
         word = verdict_label(c.device_class, m.verdict, c.cpu_timings_gate)

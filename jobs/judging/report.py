@@ -20,9 +20,19 @@ from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.jobs.judging.analysis import case_threshold, run_thresholds
-from kernelwatch.jobs.judging.verdicts import answer_for, plumbing_only, verdict_label
-from kernelwatch.kernels.record import price_of, remeasure_of, telemetry_counts, telemetry_of
-from kernelwatch.kernels.units import ratio_text
+from kernelwatch.jobs.judging.verdicts import (
+    answer_for,
+    moved_text,
+    plumbing_only,
+    verdict_label,
+)
+from kernelwatch.kernels.record import (
+    accuracy_of,
+    price_of,
+    remeasure_of,
+    telemetry_counts,
+    telemetry_of,
+)
 from kernelwatch.kernels.verdict import (
     FAIL_STATUS,
     MOVED,
@@ -88,6 +98,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
     for result, case, base_status, base_run in rows:
         if not all_cases and result.verdict not in MOVED:
             continue
+        accuracy = accuracy_of(result.record)
         cases.append(
             {
                 "case_id": case.id,
@@ -100,6 +111,9 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
                 "median_s": result.median_s,
                 "ratio": result.ratio,
                 "ratio_ci": ratio_ci(result),
+                # what a less_accurate case lost ("error grew beyond 1.25x: ..."), "" if none
+                "accuracy": accuracy.detail,
+                "accuracy_growth": accuracy.growth,
                 "tflops": result.tflops,
                 "gbps": result.gbps,
                 "telemetry": telemetry_of(result.record),
@@ -219,6 +233,8 @@ def run_brief(session: Session, run: Run) -> dict[str, Any]:
             "verdict": c["verdict"],
             "ratio": c["ratio"],
             "interval": c["ratio_ci"],
+            "accuracy": c["accuracy"],
+            "accuracy_growth": c["accuracy_growth"],
             "median_s": c["median_s"],
             "error": c["error"],
             "note": c["note"],
@@ -269,7 +285,7 @@ def moved_lines(
     out = []
     for m, word in zip(moved, words, strict=True):
         lo, hi = m["interval"] or (None, None)
-        how = ratio_text(m["ratio"], lo, hi) if m["ratio"] else ""
+        how = moved_text(m["verdict"], m["ratio"] or None, lo, hi, m.get("accuracy"))
         out.append(f"      {word:<{width}} {m['kernel']:<10} {how:<34} {m['label']}".rstrip())
         if m["error"]:
             out += error_lines(m["error"], "        ")
@@ -348,7 +364,7 @@ def format_run(summary: dict[str, Any]) -> str:
     for c in summary["cases"]:
         med = f"{c['median_s'] * 1e3:.3f} ms" if c["median_s"] else "-"
         lo, hi = c["ratio_ci"] or (None, None)
-        ratio = ratio_text(c["ratio"], lo, hi) if c["ratio"] else "-"
+        ratio = moved_text(c["verdict"], c["ratio"] or None, lo, hi, c.get("accuracy")) or "-"
         if c["ratio"] and plumbing_only(dc, c["verdict"] or "", gates):
             ratio += "  CPU: plumbing only"
         if c["ratio"] and c.get("min_effect", summary.get("min_effect")) != summary.get(

@@ -37,7 +37,14 @@ from sqlalchemy.orm import Session
 from kernelwatch.db.github import RunLink
 from kernelwatch.db.models import FINAL_STATES, Case, Commit, Repository, Result, Run
 from kernelwatch.jobs.judging.compose import Measured, authority, pick, source_label
-from kernelwatch.kernels.record import Price, paired_section, price_of, telemetry_counts
+from kernelwatch.kernels.record import (
+    Price,
+    accuracy_of,
+    paired_section,
+    price_of,
+    telemetry_counts,
+)
+from kernelwatch.kernels.units import TIMES, interval_text, ratio_text
 from kernelwatch.kernels.verdict import (
     COMPARED,
     MOVED,
@@ -80,6 +87,10 @@ class MovedCase:
     error: str = ""
     run_id: int | None = None  # the run this case's answer came from
     source: str = ""  # that run in words: ``push run 12``, ``manual run 14``
+    # what a less_accurate (or broken) case lost (``kernels.record.accuracy_of``):
+    # the check's words and the largest error growth; "" and None where none
+    accuracy: str = ""
+    accuracy_growth: float | None = None
 
 
 @dataclass(frozen=True)
@@ -411,8 +422,10 @@ def _moved(
             error=(result.error or "").strip(),  # whole: the gate wraps it, never cuts it
             run_id=result.run_id,
             source=source_label(runs[result.run_id]),
+            accuracy=loss.detail,
+            accuracy_growth=loss.growth,
         )
-        for result, case in rows
+        for result, case, loss in ((r, c, accuracy_of(r.record)) for r, c in rows)
     )
 
 
@@ -574,6 +587,56 @@ def verdict_label(device_class: str, verdict: str, gates: bool | None = None) ->
     return cpu_word(verdict)
 
 
+# The verdicts a case row reads by what its check lost, where its record says (a
+# ``less_accurate`` softmax shown as "0.002x (-99.8 %)" read as a big speed-up: its
+# timing says nothing about that verdict).
+BY_ACCURACY: frozenset[str] = frozenset({CaseVerdict.LESS_ACCURATE, CaseVerdict.BROKEN})
+
+
+def reads_accuracy(verdict: str | None, accuracy: str | None) -> bool:
+    """Whether a case row with ``verdict`` says what moved by its accuracy (``accuracy``:
+    the record's detail, ``kernels.record.accuracy_of``) rather than its time."""
+    return bool(accuracy) and verdict in BY_ACCURACY
+
+
+def moved_text(
+    verdict: str | None,
+    ratio: object,
+    low: object = None,
+    high: object = None,
+    accuracy: str | None = "",
+    *,
+    percent: bool = True,
+) -> str:
+    """What moved in one case's row, the one text for it (``show``, the run reports,
+    ``run --wait``, the demo): the time ratio with its interval (``kernels/units.py``),
+    or, for a row that reads by accuracy, the accuracy detail first and the time after
+    it, named ("error grew beyond 1.25x: rel_l2 0.000377 vs 0.000287 (1.32x); time
+    0.998× [...]"). "" where neither is known."""
+    timing = ratio_text(ratio, low, high, percent=percent) if _float(ratio) is not None else ""
+    if not reads_accuracy(verdict, accuracy):
+        return timing
+    return f"{accuracy}; time {timing}" if timing else str(accuracy)
+
+
+def moved_cells(case: MovedCase) -> tuple[str, str]:
+    """A moved case's ratio and interval cells in a table (the gate's, the PR
+    comment's): the time ratio and its interval, or for a row that reads by accuracy
+    the error's growth (``error 1.32×``) and no time interval; the accuracy detail
+    itself goes with the case (``moved_note``)."""
+    if not reads_accuracy(case.verdict, case.accuracy):
+        return ratio_text(case.ratio), interval_text(case.ci_low, case.ci_high)
+    growth = case.accuracy_growth
+    return (f"error {growth:.2f}{TIMES}" if growth is not None else "error grew"), "–"
+
+
+def moved_note(case: MovedCase) -> str:
+    """What a table says beside a moved case: its accuracy detail where the row reads by
+    accuracy, then its error (a broken case's message)."""
+    said = [case.accuracy] if reads_accuracy(case.verdict, case.accuracy) else []
+    return "; ".join([*said, *([case.error] if case.error else [])])
+
+
 def _first_line(text: str | None) -> str:
     lines = (text or "").strip().splitlines()
     return lines[0][:200] if lines else ""
@@ -589,6 +652,7 @@ def _float(value: object) -> float | None:
 
 
 __all__ = [
+    "BY_ACCURACY",
     "AmbiguousSha",
     "ClassVerdict",
     "CommitVerdict",
@@ -599,7 +663,11 @@ __all__ = [
     "commit_verdict",
     "full_sha",
     "latest_per_class",
+    "moved_cells",
+    "moved_note",
+    "moved_text",
     "plumbing_only",
+    "reads_accuracy",
     "repository_ids",
     "runs_of_commit",
     "summarize",
