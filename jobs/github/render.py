@@ -129,6 +129,10 @@ def _headline(verdict: CommitVerdict) -> str:
         ]
         return f"❌ {', '.join(bad)}"
     if overall == RunVerdict.ERROR:
+        errored = totals.get(CaseVerdict.ERROR, 0)
+        if errored:  # the code under test crashed, hung or ran out: not the service
+            cases = f"{errored} case{'s' if errored > 1 else ''}"
+            return f"⚠️ {cases} ended in an error (crash, timeout, out of memory): not judged"
         return "⚠️ could not judge every GPU class"
     if overall == "pending":
         return "⏳ measuring"
