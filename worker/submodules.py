@@ -28,10 +28,13 @@ checked level by level (git's ``--recursive`` would fetch them unchecked). A
 ``submodule.<name>.update`` set to a ``!command`` is refused by git for
 ``.gitmodules`` and cannot come from elsewhere here.
 
-A relative URL resolved against a source that carries a token
-(``https://x-access-token:TOKEN@host/…``) carries it too, on git's command line and in
-git's own messages; what goes from here to a log or an error (the build log shown on
-the dashboard) passes through ``db.store.public_source`` first.
+A source that carries a token (``https://x-access-token:TOKEN@host/…``) is split
+first (``jobs/library/git_credentials.py``): relative URLs resolve against the URL
+without it, and git gets the token as an HTTP header for that scheme and host in its
+environment, never on its command line (the host's process list) or in a submodule's
+config. What goes from here to a log or an error (the build log shown on the
+dashboard) still passes through ``db.store.public_source``: a mirror's own URL may
+carry a user.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from urllib.parse import urlsplit
 
 from kernelwatch.db.store import public_source
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError
+from kernelwatch.jobs.library import git_credentials
 from kernelwatch.jobs.library.mapping import parse_mapping
 from kernelwatch.jobs.library.mirror import SAFE_OPTIONS, git_env
 from kernelwatch.worker.process import run_logged
@@ -64,14 +68,28 @@ def parse_mirrors(text: str | None) -> dict[str, str]:
 
 
 def mirror_args(mirrors: Mapping[str, str]) -> list[str]:
-    """``-c`` options that make git fetch ``upstream`` URLs from their mirrors."""
+    """``-c`` options that make git fetch ``upstream`` URLs from their mirrors.
+
+    Both sides without their credentials: submodule URLs are matched without the
+    source's token (:func:`update`), and a mirror's own credentials go to git in its
+    environment (:func:`mirror_credentials`), not on its command line.
+    """
     args: list[str] = []
     for upstream, mirror in sorted(mirrors.items()):
         target = mirror if "://" in mirror or "@" in mirror else Path(mirror).as_uri()
-        args += ["-c", f"url.{target}.insteadOf={upstream}"]
+        target = git_credentials.credentials(target)[0]
+        args += ["-c", f"url.{target}.insteadOf={git_credentials.credentials(upstream)[0]}"]
     if any(m.startswith(("file://", "/")) for m in mirrors.values()):
         args += ["-c", "protocol.file.allow=always"]
     return args
+
+
+def mirror_credentials(mirrors: Mapping[str, str]) -> dict[str, str]:
+    """The git settings that send the mirrors' own credentials, one per mirror host."""
+    settings: dict[str, str] = {}
+    for mirror in mirrors.values():
+        settings |= git_credentials.credentials(mirror)[1]
+    return settings
 
 
 NETWORK = ("https", "http", "ssh", "git")
@@ -185,9 +203,12 @@ def update(
     InfrastructureError (retried, never blamed on the code) when git fails: an
     unreachable mirror is the fleet's problem, not the commit's.
     """
-    origin = origin_of(superproject)
+    base, settings = git_credentials.credentials(superproject)
+    settings |= mirror_credentials(mirrors or {})
+    auth = git_credentials.config_env(settings) if settings else {}
+    origin = origin_of(base)
     deadline = time.monotonic() + timeout
-    return _update(checkout, paths, mirrors or {}, deadline, superproject, origin, 0)
+    return _update(checkout, paths, mirrors or {}, deadline, base, origin, 0, auth)
 
 
 def _update(
@@ -198,6 +219,7 @@ def _update(
     base: str,
     origin: tuple[str, str] | None,
     depth: int,
+    auth: Mapping[str, str],
 ) -> str:
     if depth > MAX_NESTING:
         raise ConfigError(f"submodules nested deeper than {MAX_NESTING} levels; refused")
@@ -220,7 +242,7 @@ def _update(
         return ""
     argv = ["git", *SAFE_OPTIONS, *mirror_args(mirrors), *options, "-C", str(checkout)]
     argv += ["submodule", "update", "--init", "--", *wanted]
-    env = git_env()
+    env = {**git_env(), **auth}  # the source's token, if any: never on the argv
     local = any(not origin_of(m) and "@" not in m for m in mirrors.values())
     # file only where the server named a local mirror; every URL above was checked
     env["GIT_ALLOW_PROTOCOL"] = ":".join((*NETWORK, "file") if local else NETWORK)
@@ -238,7 +260,7 @@ def _update(
     out = header + log
     for path, url in urls.items():  # each level checked before git fetches it
         if (checkout / path / ".gitmodules").is_file():
-            out += _update(checkout / path, (), mirrors, deadline, url, origin, depth + 1)
+            out += _update(checkout / path, (), mirrors, deadline, url, origin, depth + 1, auth)
     return out
 
 

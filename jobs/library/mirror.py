@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kernelwatch.db.store import public_source
 from kernelwatch.jobs.errors import CommitNotFound, InfrastructureError, SourceError
+from kernelwatch.jobs.library import git_credentials
 
 GIT_TIMEOUT_S = 600
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -91,9 +92,18 @@ class CommitInfo:
     message: str
 
 
-def git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_S) -> str:
-    """Run git with an argument list; raise with git's own message on failure."""
-    env = git_env()
+def git(
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = GIT_TIMEOUT_S,
+    auth: Mapping[str, str] | None = None,
+) -> str:
+    """Run git with an argument list; raise with git's own message on failure.
+
+    ``auth``: a source's credentials as git configuration in the environment
+    (``git_credentials.split``), so they never stand on git's command line.
+    """
+    env = {**git_env(), **(auth or {})}
     try:
         proc = subprocess.run(
             ["git", *SAFE_OPTIONS, *args],
@@ -143,6 +153,8 @@ class Mirror:
 
     def __init__(self, root: Path, source: str) -> None:
         self.source = validate_source(source)
+        # what git is told: the URL without its token, the token in git's environment
+        self.url, self._auth = git_credentials.split(self.source)
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
         self.path = root / f"{digest}.git"
         self._lock_path = root / f"{digest}.lock"
@@ -164,9 +176,13 @@ class Mirror:
                 _rmtree(self.path)
             try:
                 if not self.path.exists():
-                    git("clone", "--mirror", "--quiet", "--", self.source, str(self.path))
+                    git("clone", "--mirror", "--quiet", "--", self.url, str(self.path),
+                        auth=self._auth)  # fmt: skip
                 else:
-                    git("--git-dir", str(self.path), "fetch", "--prune", "--quiet", "origin")
+                    # a mirror cloned before kept the token in its config: no longer
+                    self._git("config", "remote.origin.url", self.url)
+                    git("--git-dir", str(self.path), "fetch", "--prune", "--quiet", "origin",
+                        auth=self._auth)  # fmt: skip
             except subprocess.CalledProcessError as exc:
                 said = (exc.stderr or "").strip() or str(exc)
                 raise SourceError(
