@@ -202,10 +202,13 @@ def render_comment(
     levels = sorted({c.confidence for c in verdict.classes if c.confidence is not None})
     level = f"{levels[0] * 100:g} %" if len(levels) == 1 else "the configured"
     paired = paired or (bool(verdict.classes) and all(c.paired for c in verdict.classes))
+    # a CPU class's runs held no GPU (the demo, a fleet without GPUs)
+    cpu = bool(verdict.classes) and all(c.device_class.lower() == "cpu" for c in verdict.classes)
+    unit = "CPU" if cpu else "GPU"
     how = (
-        "baseline and candidate interleaved on the same GPU (paired A/B)"
+        f"baseline and candidate interleaved on the same {unit} (paired A/B)"
         if paired
-        else "baseline and candidate measured in separate runs on the same GPU class"
+        else f"baseline and candidate measured in separate runs on the same {unit} class"
     )
     out += [
         "",

@@ -92,6 +92,7 @@ def test_a_cpu_regression_is_shown_as_plumbing_only_and_does_not_fail(session: S
     assert "slower on CPU (plumbing only)" in format_gate(verdict)
     comment = render_comment(verdict, dashboard_url="http://x")
     assert "slower on CPU (plumbing only)" in comment and "1.500×" in comment
+    assert "on the same CPU (paired A/B)" in comment and "same GPU" not in comment
     assert "CPU: plumbing only" in format_run(run_summary(session, run))
 
 
