@@ -276,4 +276,4 @@ def _moved_table(c: ClassVerdict) -> list[str]:
     return rows
 
 
-__all__ = ["COMMENT_MARKER", "code_span", "fmt_ratio", "fmt_time", "format_gate", "render_comment"]
+__all__ = ["COMMENT_MARKER", "fmt_ratio", "fmt_time", "format_gate", "render_comment"]
