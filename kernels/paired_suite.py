@@ -91,6 +91,7 @@ from kernelwatch.kernels.paired_stages import (
 )
 from kernelwatch.kernels.plugins import resolve_impl
 from kernelwatch.kernels.record import (
+    COST_DIGITS,
     Correctness,
     PairedSection,
     ResultRecord,
@@ -850,8 +851,8 @@ def _priced(record: dict[str, Any], pool: dict[str, float], wall_s: float) -> No
     for key, value in pool.items():
         cost[key] = cost.get(key, 0.0) + value
     cost["wall_s"] = wall_s
-    paired["cost"] = {k: round(v, 4) for k, v in cost.items()}
-    paired["gpu_s"] = round(wall_s, 4)
+    paired["cost"] = {k: round(v, COST_DIGITS) for k, v in cost.items()}
+    paired["gpu_s"] = round(wall_s, COST_DIGITS)
 
 
 def measure_case(

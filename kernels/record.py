@@ -266,6 +266,11 @@ class PairedSection:
         return _parse(cls, data, "paired")
 
 
+# Decimals of the seconds in a record's breakdowns (``ResultRecord.cost``,
+# ``PairedSection.cost`` and ``gpu_s``): a tenth of a millisecond
+COST_DIGITS = 4
+
+
 LIBRARY_FIELDS = ("name", "version", "commit")
 
 
@@ -353,6 +358,15 @@ class ResultRecord:
     telemetry: TelemetryState | None = None
     # unpaired runs only (worker/executor.py): the confirmation of a would-be regression
     remeasure: Remeasure | None = None
+    # unpaired runs only (``runner.bench``; a paired record has ``paired.cost``): where
+    # the case's seconds went. wall_s is the wall time the case held the card, from the
+    # end of the previous case's record to its own (the first case's from the runner's
+    # start of cases, so it includes loading its suite); the check's parts
+    # (``runner.CHECK_PARTS``: check_load_s, check_inputs_s, check_call_s, the kernel's
+    # first call with any JIT compile, check_reference_s, check_compare_s), those it
+    # reached; timing_s, the measurement, where the case was timed. Empty in a crash
+    # record (the worker's) and in older records. ``price_of`` adds up wall_s.
+    cost: dict[str, float] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
 
     @classmethod
@@ -510,58 +524,98 @@ def telemetry_counts(records: Iterable[Mapping[str, Any] | None]) -> dict[str, i
 
 @dataclass(frozen=True)
 class Price:
-    """What a set of paired cases cost and how many it decided (issue 25: a PR's price).
+    """What a set of cases cost and how many it decided (issue 25: a PR's price).
 
     cases: cases compared in paired mode, measured or left unmeasured by the run's GPU
     budget; undecided: those ``inconclusive`` (a neutral run), unmeasured ones included;
     unmeasured: left by the budget (``paired_suite.unmeasured``); gpu_s: the GPU wall
     seconds the cases held the card (``PairedSection.gpu_s``, start-up and both stages
     included), over those that recorded it.
+
+    measured, measured_s: the unpaired cases that recorded the wall time they held the
+    card (``ResultRecord.cost["wall_s"]``: checked, and timed where correct; whatever
+    their status but a skip, as a paired skip is not counted either) and those seconds.
+    An unpaired run decides nothing by itself (its cases are compared with another
+    run's), so its price is what it measured and what that cost.
     """
 
     cases: int = 0
     undecided: int = 0
     unmeasured: int = 0
     gpu_s: float = 0.0
+    measured: int = 0
+    measured_s: float = 0.0
 
     @property
     def decided(self) -> int:
         return self.cases - self.undecided
 
+    @property
+    def counted(self) -> int:
+        """Every case this price speaks of, paired or not: 0 says there is nothing to show."""
+        return self.cases + self.measured
+
     def text(self, device_class: str = "") -> str:
-        """``41 of 43 cases decided, 2 neutral; GPU time 1.2 min (1.7 s a case)``; on the
-        ``cpu`` class the time is the CPU's (no GPU was held)."""
-        if not self.cases:
-            return ""
-        out = f"{self.decided} of {self.cases} cases decided"
-        if self.undecided:
-            out += f", {self.undecided} neutral"
-            if self.unmeasured:
-                out += f" ({self.unmeasured} not measured: GPU budget spent)"
-        if self.gpu_s:
-            total = f"{self.gpu_s / 60:.1f} min" if self.gpu_s >= 60 else f"{self.gpu_s:.1f} s"
-            held = "CPU time" if device_class.lower() == "cpu" else "GPU time"
-            out += f"; {held} {total} ({self.gpu_s / self.cases:.1f} s a case)"
-        return out
+        """``41 of 43 cases decided, 2 neutral; GPU time 1.2 min (1.7 s a case)`` for
+        paired cases, ``204 cases measured; GPU time 4.2 min (1.2 s a case)`` for unpaired
+        ones (both, ``; ``-joined, where a class's answer drew on both kinds of run); on
+        the ``cpu`` class the time is the CPU's (no GPU was held)."""
+        parts = []
+        if self.cases:
+            out = f"{self.decided} of {self.cases} cases decided"
+            if self.undecided:
+                out += f", {self.undecided} neutral"
+                if self.unmeasured:
+                    out += f" ({self.unmeasured} not measured: GPU budget spent)"
+            parts.append(out + _held(self.gpu_s, self.cases, device_class))
+        if self.measured:
+            n = self.measured
+            what = f"{n} {'unpaired ' if self.cases else ''}case{'s' if n != 1 else ''} measured"
+            parts.append(what + _held(self.measured_s, n, device_class))
+        return "; ".join(parts)
+
+
+def _held(seconds: float, cases: int, device_class: str) -> str:
+    """``; GPU time 1.2 min (1.7 s a case)`` (CPU time on the ``cpu`` class); '' for none."""
+    if not seconds:
+        return ""
+    total = f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+    held = "CPU time" if device_class.lower() == "cpu" else "GPU time"
+    return f"; {held} {total} ({seconds / cases:.1f} s a case)"
 
 
 def price_of(records: Iterable[Mapping[str, Any] | None]) -> Price:
-    """The :class:`Price` of the paired cases among ``records`` (others are not counted)."""
+    """The :class:`Price` of ``records``: their paired cases (``paired.gpu_s``) and their
+    unpaired ones that recorded their wall time (``cost.wall_s``); others are not counted."""
     from kernelwatch.kernels.verdict import SKIP_STATUS, CaseVerdict
 
-    cases = undecided = unmeasured = 0
-    gpu_s = 0.0
+    cases = undecided = unmeasured = measured = 0
+    gpu_s = measured_s = 0.0
     for record in records:
-        data = (record or {}).get("paired")
+        rec = record or {}
+        data = rec.get("paired")
+        if data is None:
+            cost = rec.get("cost")
+            wall = _seconds(cost.get("wall_s")) if isinstance(cost, Mapping) else None
+            if rec.get("status") != SKIP_STATUS and wall is not None:
+                measured += 1
+                measured_s += wall
+            continue
         if not isinstance(data, Mapping) or data.get("verdict") is None:
-            continue  # unpaired, or a case a library could not run (skip)
+            continue  # a case a library could not run (skip)
         cases += 1
         if data.get("verdict") == CaseVerdict.INCONCLUSIVE:
             undecided += 1
-            unmeasured += int((record or {}).get("status") == SKIP_STATUS)
-        if isinstance(data.get("gpu_s"), (int, float)):
-            gpu_s += float(data["gpu_s"])
-    return Price(cases, undecided, unmeasured, gpu_s)
+            unmeasured += int(rec.get("status") == SKIP_STATUS)
+        gpu_s += _seconds(data.get("gpu_s")) or 0.0
+    return Price(cases, undecided, unmeasured, gpu_s, measured, measured_s)
+
+
+def _seconds(value: Any) -> float | None:
+    """A stored price field as seconds; None where it is none (null, a flag or text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 # --------------------------------------------------------------------------- validation

@@ -32,6 +32,7 @@ from kernelwatch.kernels.device import describe_device, describe_environment, pi
 from kernelwatch.kernels.peaks import device_peaks, pct_of_peak
 from kernelwatch.kernels.plugins import resolve_impl
 from kernelwatch.kernels.record import (
+    COST_DIGITS,
     Correctness,
     ResultRecord,
     Throughput,
@@ -173,6 +174,13 @@ def bench(args: argparse.Namespace) -> list[ResultRecord]:
         dev_info = describe_device(device)
         env_info = describe_environment()
         peaks = _peaks(device, dev_info, args.no_peaks)
+        # Each case's wall time (``ResultRecord.cost["wall_s"]``) runs from the end of the
+        # previous case's record to its own: selecting it (the first case of a suite
+        # loads that suite: its module and case grid), its check and timing, and writing
+        # the record before it. The first case's starts here, so it holds its suite's
+        # loading but not the process's start (interpreter, torch, the CUDA context), the
+        # device description or the peak probe above: those are the run's, not a case's.
+        since = time.perf_counter()
         for suite, spec, cid in selected_cases(
             args.suite or ["basic"], size, device, backend, args.kernel, args.skip_case, args.case
         ):
@@ -190,8 +198,10 @@ def bench(args: argparse.Namespace) -> list[ResultRecord]:
             record.library = library
             record.device = {**dev_info, **record.device}
             record.environment = env_info
+            record.cost["wall_s"] = round(time.perf_counter() - since, COST_DIGITS)
             out.write(record.to_json() + "\n")
             out.flush()
+            since = time.perf_counter()
             records.append(record)
     finally:
         if out is not sys.stdout:
@@ -241,17 +251,27 @@ def run_case(
 
     A case tagged ``cuda_graph: False`` (NCCL across devices, which is not captured in
     a graph here) is timed without a CUDA graph whatever ``config`` says.
+
+    The record's ``cost`` gets where the case's seconds went, whatever its outcome: the
+    check's parts it reached (``CHECK_PARTS``) and ``timing_s``, the measurement's wall
+    time (warm-up, calibration and graph capture included), where it was timed. On the
+    H100 (FlashInfer 0.6.0's decode suite through the worker) 152 cases took 300 s and
+    their timings 62 s, and nothing said where the rest went. ``bench`` adds the case's
+    ``wall_s``.
     """
     if spec.tags.get("cuda_graph") is False:
         config = dataclasses.replace(config, cuda_graph=False)
     record = blank_record(spec, suite, cid, backend)
+    spent: dict[str, float] = {}
     try:
-        fn, inputs, record.correctness = checked_case(spec, impl, device)
+        fn, inputs, record.correctness = checked_case(spec, impl, device, spent=spent)
         if not record.correctness.passed:
             record.status = "fail"
             record.error = record.correctness.detail
             return record
+        began = time.perf_counter()
         m = measure(lambda i: spec.invoke(fn, i), inputs, config)
+        spent["timing_s"] = time.perf_counter() - began
         record.timing = m.timing
         record.device = dict(m.telemetry)
         record.telemetry = m.telemetry_state
@@ -264,6 +284,8 @@ def run_case(
         record.status = "error"
         record.error = f"{type(exc).__name__}: {exc}"
         record.log_tail = _tail(traceback.format_exc())
+    finally:  # the parts it reached, whatever ended it
+        record.cost = {k: round(v, COST_DIGITS) for k, v in spent.items()}
     return record
 
 

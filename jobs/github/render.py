@@ -73,7 +73,7 @@ def format_gate(verdict: CommitVerdict, dashboard_url: str = "") -> str:
     for c in verdict.classes:
         lines.append(f"  {c.device_class:<12} {c.state:<8} {c.run_id:>6}  {c.description}")
     for c in verdict.classes:
-        if c.price.cases:  # a paired (gated) answer's coverage and GPU time
+        if c.price.counted:  # the answer's coverage and GPU time, paired or not
             lines.append(f"  {c.device_class}: {c.price.text(c.device_class)}")
     for c in verdict.classes:
         if c.telemetry_off:
@@ -176,7 +176,7 @@ def render_comment(
             f"| {code_span(c.device_class)} | {_ICON.get(c.state, '')} {c.state} | "
             f"{inert(c.description)} | [run {c.run_id}]({base_url}{c.dashboard_path}) |"
         )
-    priced = [c for c in verdict.classes if c.price.cases]
+    priced = [c for c in verdict.classes if c.price.counted]
     if priced:
         out.append("")
         out += [

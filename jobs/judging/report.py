@@ -167,7 +167,8 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "finished": run.finished.isoformat() if run.finished else None,
         # GPU timings NVML watched (live) or not (off); both 0 on a CPU run
         "telemetry": telemetry,
-        # a paired run's coverage and GPU seconds (kernels.record.Price), else None
+        # the run's coverage and GPU seconds (kernels.record.Price: a paired run's cases
+        # decided, an unpaired run's cases measured), else None
         "price": _price(rows, run.device_class),
         "cases": cases,
     }
@@ -175,7 +176,7 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
 
 def _price(rows: Sequence[Any], device_class: str) -> dict[str, Any] | None:
     price = price_of(row[0].record for row in rows)
-    if not price.cases:
+    if not price.counted:
         return None
     return {**asdict(price), "decided": price.decided, "text": price.text(device_class)}
 
@@ -332,8 +333,8 @@ def format_run(summary: dict[str, Any]) -> str:
     if summary["message"]:
         lines.append(f"  {summary['message']}")
     price = summary.get("price")
-    if price:
-        lines.append(f"  paired: {price['text']}")
+    if price:  # a run is paired or not: its price is of one kind
+        lines.append(f"  {'paired' if price['cases'] else 'unpaired'}: {price['text']}")
     tele = summary.get("telemetry") or {}
     if tele.get("off"):
         lines.append(f"  warning: {no_telemetry_text(tele['off'], tele['off'] + tele['live'])}")

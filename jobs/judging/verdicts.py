@@ -123,7 +123,8 @@ class ClassVerdict:
     # GPU timings made without NVML telemetry / all GPU timings (report.telemetry_counts)
     telemetry_off: int = 0
     telemetry_timed: int = 0
-    # the paired cases' coverage and GPU seconds (issue 25: a pull request's price)
+    # the cases' coverage and GPU seconds (issue 25: a pull request's price): paired
+    # cases decided, unpaired ones measured (``Price``)
     price: Price = field(default_factory=Price)
     # whether CPU timings gated where the speaking run was judged (None: not recorded):
     # the labels of moved cases follow it (``verdict_label``)

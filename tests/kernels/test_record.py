@@ -130,6 +130,21 @@ def test_the_paired_section_round_trips_and_reads_stored_nulls() -> None:
     assert paired_section({"status": "pass"}) is None  # measured unpaired
 
 
+def test_an_unpaired_records_cost_round_trips_and_an_older_record_without_it_reads() -> None:
+    """``ResultRecord.cost`` (where an unpaired case's seconds went) is optional: records
+    written before it, stored by the thousand, still parse, with an empty breakdown."""
+    old = ResultRecord.from_dict(_minimal())
+    assert old.cost == {} and "cost" not in _minimal()
+    rec = ResultRecord.from_dict(
+        _minimal(cost={"wall_s": 1.25, "check_call_s": 1, "timing_s": 0.2})
+    )
+    assert rec.cost == {"wall_s": 1.25, "check_call_s": 1.0, "timing_s": 0.2}
+    assert isinstance(rec.cost["check_call_s"], float)
+    assert ResultRecord.from_dict(json.loads(rec.to_json())) == rec
+    with pytest.raises(RecordError, match="record.cost.wall_s: expected a number"):
+        ResultRecord.from_dict(_minimal(cost={"wall_s": "slow"}))
+
+
 def test_a_record_names_every_library_field_and_triton_as_installed() -> None:
     """design.md: library {name, version, commit}; environment {python, torch, triton}. A
     commit build wrote no version, a release no commit, and Triton was named only once a

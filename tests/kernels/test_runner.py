@@ -8,11 +8,26 @@ from pathlib import Path
 
 import pytest
 
+from kernelwatch.kernels.runner import CHECK_PARTS
 from tests.conftest import run_cli
 
 
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# each part is rounded to 4 decimals (record.COST_DIGITS), and so is the wall time
+ROUNDING = 1e-3
+
+
+def _spent(record: dict, parts: tuple[str, ...]) -> None:
+    """The case's recorded seconds: exactly ``parts`` beside its ``wall_s``, each a number
+    of seconds, together within the wall time (what is left is selecting the case and
+    writing the record before it)."""
+    cost = record["cost"]
+    assert set(cost) == {*parts, "wall_s"}, cost
+    assert all(isinstance(v, float) and v >= 0 for v in cost.values()), cost
+    assert cost["wall_s"] > 0 and sum(cost[k] for k in parts) <= cost["wall_s"] + ROUNDING, cost
 
 
 def test_bench_runs_the_first_suite_and_every_kernel_is_correct(tmp_path: Path) -> None:
@@ -31,6 +46,10 @@ def test_bench_runs_the_first_suite_and_every_kernel_is_correct(tmp_path: Path) 
         assert r["throughput"]["gbps"] > 0
         assert r["environment"]["triton_interpret"] is True
         assert r["device"]["class"] == "cpu"
+        # where its seconds went: every part of the check, the timing, its wall time
+        _spent(r, (*CHECK_PARTS, "timing_s"))
+        assert r["cost"]["timing_s"] + ROUNDING >= r["timing"]["total_s"] > 0  # timed inside
+        assert r["cost"]["check_call_s"] > 0  # the kernel's first call, interpreted
 
 
 def _impl(tmp_path: Path, body: str) -> str:
@@ -89,6 +108,10 @@ def test_wrong_and_raising_kernels_become_fail_and_error_records(
     assert by_kernel["rmsnorm"]["status"] == "error"
     assert "ValueError: no rmsnorm here" in by_kernel["rmsnorm"]["error"]
     assert "Traceback" in by_kernel["rmsnorm"]["log_tail"]
+    # both held the card too: a wrong result its whole check, no timing; a raising kernel
+    # the parts before its call (which raised), and each its wall time
+    _spent(by_kernel["softmax"], CHECK_PARTS)
+    _spent(by_kernel["rmsnorm"], ("check_load_s", "check_inputs_s"))
 
 
 def test_case_markers_name_each_case_before_it_runs(tmp_path: Path) -> None:

@@ -53,6 +53,43 @@ def test_the_price_counts_decided_and_neutral_cases_and_their_gpu_seconds() -> N
     assert price.text("cpu").endswith("CPU time 40.5 s (10.1 s a case)")
 
 
+def _unpaired(status: str, wall_s: float | None) -> dict[str, Any]:
+    """An unpaired record as the runner writes it: its case's seconds in ``cost``."""
+    cost = {"check_call_s": 0.25, "wall_s": wall_s} if wall_s is not None else {}
+    return {"status": status, "cost": cost}
+
+
+def test_an_unpaired_runs_price_counts_its_measured_cases_and_their_wall_seconds() -> None:
+    """An unpaired record has no ``paired.gpu_s``; the runner's ``cost.wall_s`` prices it."""
+    records = [
+        _unpaired("pass", 1.5),
+        _unpaired("fail", 0.5),  # checked, wrong, never timed: it held the card all the same
+        _unpaired("error", 2.0),
+        _unpaired("skip", 0.1),  # the library cannot run it: not counted (as a paired skip)
+        _unpaired("pass", None),  # an older record: nothing to count
+        {"status": "error"},  # the worker's crash record
+        None,
+    ]
+    price = price_of(records)
+    assert price == Price(measured=3, measured_s=4.0)
+    assert price.cases == 0 and price.counted == 3
+    assert price.text() == "3 cases measured; GPU time 4.0 s (1.3 s a case)"
+    assert price.text("cpu") == "3 cases measured; CPU time 4.0 s (1.3 s a case)"
+    minutes = price_of([_unpaired("pass", 1.25)] * 204)
+    assert minutes.text("h100") == "204 cases measured; GPU time 4.2 min (1.2 s a case)"
+    assert (
+        price_of([_unpaired("pass", 0.5)]).text()
+        == "1 case measured; GPU time 0.5 s (0.5 s a case)"
+    )
+    # a class whose answer drew on a paired and an unpaired run: both, each its own part
+    both = price_of([_record("unchanged", 3.0), _unpaired("pass", 1.0), _unpaired("pass", 2.0)])
+    assert both == Price(cases=1, gpu_s=3.0, measured=2, measured_s=3.0)
+    assert both.text() == (
+        "1 of 1 cases decided; GPU time 3.0 s (3.0 s a case); "
+        "2 unpaired cases measured; GPU time 3.0 s (1.5 s a case)"
+    )
+
+
 def test_a_case_the_budget_left_unmeasured_is_inconclusive_not_skipped() -> None:
     j = judge_case("skip", None, paired=True, measured=CaseVerdict.INCONCLUSIVE)
     assert j.verdict == CaseVerdict.INCONCLUSIVE and j.detail == NOTE_UNMEASURED
@@ -60,30 +97,39 @@ def test_a_case_the_budget_left_unmeasured_is_inconclusive_not_skipped() -> None
     assert judge_case("skip", None, paired=True, measured=None).verdict is None
 
 
-@pytest.fixture
-def priced_run(session: Session) -> Run:
-    repo = Repository(name="acme/priced", source="https://example.com/acme/priced.git")
+def _stored_run(
+    session: Session, name: str, device_class: str, paired: bool,
+    results: list[tuple[str, str | None, dict[str, Any]]],
+) -> Run:  # fmt: skip
+    """A succeeded run of ``SHA`` in a repository of its own, a softmax case a result
+    (status, verdict, record)."""
+    repo = Repository(name=name, source=f"https://example.com/{name}.git")
     session.add(repo)
     session.flush()
     commit = Commit(repository_id=repo.id, sha=SHA, message="head")
     session.add(commit)
     session.flush()
     run = Run(repository_id=repo.id, commit_id=commit.id, status="succeeded", verdict="pass",
-              device_class="h200", suites=["basic"], trigger="pull_request",
-              options={"paired": True})  # fmt: skip
+              device_class=device_class, suites=["basic"], trigger="pull_request",
+              options={"paired": paired})  # fmt: skip
     session.add(run)
     session.flush()
-    for i, (verdict, status, gpu_s) in enumerate(
-        [("unchanged", "pass", 1.6), ("unchanged", "pass", 1.4), ("inconclusive", "skip", 0.0)]
-    ):
-        case = Case(id=f"c{i}", suite="basic", kernel="softmax", backend="kern",
+    for i, (status, verdict, record) in enumerate(results):
+        case = Case(id=f"{name}-{i}", suite="basic", kernel="softmax", backend="kern",
                     params={"rows": i}, label=f"rows={i}")  # fmt: skip
         session.add(case)
         session.flush()
         session.add(Result(run_id=run.id, case_id=case.id, status=status, verdict=verdict,
-                           record=_record(verdict, gpu_s, status)))  # fmt: skip
+                           record=record))  # fmt: skip
     session.commit()
     return run
+
+
+@pytest.fixture
+def priced_run(session: Session) -> Run:
+    cases = [("unchanged", "pass", 1.6), ("unchanged", "pass", 1.4), ("inconclusive", "skip", 0.0)]
+    results = [(status, v, _record(v, gpu_s, status)) for v, status, gpu_s in cases]
+    return _stored_run(session, "acme/priced", "h200", True, results)
 
 
 def test_an_unmeasured_case_makes_the_class_neutral_and_the_price_is_shown(
@@ -107,3 +153,31 @@ def test_an_unmeasured_case_makes_the_class_neutral_and_the_price_is_shown(
     assert not cls.description.startswith("neutral")  # the state is beside it everywhere
     assert "neutral | neutral" not in render_comment(verdict, dashboard_url="https://x")
     assert status_text(cls).startswith("neutral: ")  # ... but in a commit status
+
+
+@pytest.fixture
+def measured_run(session: Session) -> Run:
+    """An unpaired run of a commit with no baseline: three cases, each with its wall time."""
+    cases = [("pass", 1.2), ("pass", 1.3), ("fail", 0.5)]
+    results = [(status, None, _unpaired(status, wall_s)) for status, wall_s in cases]
+    return _stored_run(session, "acme/measured", "h100", False, results)
+
+
+def test_an_unpaired_runs_gpu_time_is_shown_where_a_paired_runs_is(
+    session: Session, measured_run: Run
+) -> None:
+    """``show``, the gate table and the PR comment print an unpaired run's price too: the
+    cases it measured and the GPU seconds they held the card (``ResultRecord.cost``)."""
+    verdict = commit_verdict(
+        session, "acme/measured", SHA, runs_of_commit(session, [measured_run.repository_id], SHA)
+    )
+    (cls,) = verdict.classes
+    assert not cls.paired
+    assert cls.price == Price(measured=3, measured_s=3.0)
+    text = cls.price.text(cls.device_class)
+    assert text == "3 cases measured; GPU time 3.0 s (1.0 s a case)"
+    assert f"  h100: {text}" in format_gate(verdict).splitlines()
+    assert f"`h100`: {text}." in render_comment(verdict, dashboard_url="https://kw.example.com")
+    summary = run_summary(session, measured_run)
+    assert summary["price"]["measured"] == 3 and summary["price"]["text"] == text
+    assert f"  unpaired: {text}" in format_run(summary).splitlines()
