@@ -39,8 +39,10 @@ Issue 26: on the offline H200 host, in one call, what a GPU host of the fleet ru
 
 5. the worker and Redis stopped, the database dumped: ``service.json`` holds every run
    (status, verdict, per-case median, ratio, interval, error, build log tail, GPU
-   seconds) and ``service-records.jsonl`` every record, which ``dataset-runs.toml``
-   indexes as ``[[run]]`` rows for ``docs/data/h200-dataset.toml`` (card, date, command).
+   seconds; an unpaired run's median case breakdown, ``case_costs``, which the table
+   prints under the run's line) and ``service-records.jsonl`` every record, which
+   ``dataset-runs.toml`` indexes as ``[[run]]`` rows for ``docs/data/h200-dataset.toml``
+   (card, date, command).
 
 ``--cpu`` runs the same path here: the real bubblewrap sandbox, Redis and SQLite, the
 runs on the CPU queue (SDPA's math backend; the other backends and FlashInfer record
@@ -67,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu import debs, fa_replay, fleet, host, liger, liger_table
+from benchmarks.gpu.suite_aa import breakdown_text, median_breakdown
 
 NAME = "service"
 HELP = "sandboxed per-GPU worker, Redis, SQLite: Liger, SDPA, FlashInfer, FA2/3 via kernelwatch run"
@@ -470,6 +473,30 @@ def submit(ctx: host.Context, planned: list[dict[str, Any]], env: dict[str, str]
             plan["tail"] = host.tail(Path(plan["log"]), 5)
 
 
+def case_costs(records: list[dict[str, Any]], run_id: int) -> dict[str, Any]:
+    """Where an unpaired run's case seconds went, from its records (``ResultRecord.cost``):
+    ``{"cases": n, "wall_s": their sum, "median": {part: median s}}`` over the cases that
+    ran (not skips), wall first, then the check's parts and the timing; empty where no
+    record of the run carries one (a paired run, records older than the field).
+
+    On the H100, FlashInfer 0.6.0's decode suite ran 152 cases in 300 s whose timings
+    summed to 62 s: the run's GPU seconds alone could not say where the rest went."""
+    from kernelwatch.kernels.runner import CHECK_PARTS
+
+    costs = [
+        r["cost"]
+        for r in records
+        if r.get("run") == run_id
+        and r.get("status") != "skip"
+        and isinstance((r.get("cost") or {}).get("wall_s"), int | float)
+    ]
+    if not costs:
+        return {}
+    keys = ("wall_s", *CHECK_PARTS, "timing_s")
+    total = sum(float(c["wall_s"]) for c in costs)
+    return {"cases": len(costs), "wall_s": round(total, 1), "median": median_breakdown(costs, keys)}
+
+
 def dataset_rows(records: list[dict[str, Any]], planned: list[dict[str, Any]],
                  command: str) -> str:  # fmt: skip
     """``[[run]]`` rows for ``docs/data/h200-dataset.toml``, one per run with records."""
@@ -548,6 +575,9 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             for p in planned:
                 p["dumped"] = [dumped[r["id"]] for r in p.get("runs", []) if r["id"] in dumped]
         recs = host.read_jsonl(records)
+        for p in planned:
+            for r in p.get("dumped", []):
+                r["case_costs"] = case_costs(recs, int(r["id"]))
         # as a shell would take it back: a --case glob quoted, not expanded
         command = "python -m benchmarks.gpu " + shlex.join(sys.argv[1:])
         (ctx.logs / "dataset-runs.toml").write_text(dataset_rows(recs, planned, command))
@@ -650,6 +680,14 @@ def table(result: dict[str, Any]) -> list[str]:
                 + " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                 + (f"  telemetry off {tele['off']}" if tele.get("off") else "")
             )
+            spent = r.get("case_costs")
+            if spent:
+                parts = dict(spent["median"])
+                wall = parts.pop("wall_s")
+                lines.append(
+                    f"     median a case: wall {wall:.2f} s; {breakdown_text(parts)} "
+                    f"({spent['cases']} cases, {spent['wall_s']:.0f} s in all)"
+                )
             if r.get("error"):
                 lines.append(f"     error: {str(r['error']).splitlines()[-1][:150]}")
         if not p.get("dumped"):

@@ -23,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,20 @@ def cost_keys() -> tuple[str, ...]:
     return ("start_wait_s", "process_start_s", "cuda_context_s", "restart_s", "prewarm_s",
             "setup_s", "setup_warmup_s", "check_s", *CHECK_PARTS, "screen_s", "blocks_s",
             "confirmation_s")  # fmt: skip
+
+
+def median_breakdown(costs: Sequence[Mapping[str, float]], keys: Sequence[str]) -> dict[str, float]:
+    """Each part's median seconds over the cases' breakdowns (a record's ``cost``), a
+    part a case did not reach counted as 0; empty for no cases. Shared with ``service``
+    (an unpaired run's ``ResultRecord.cost``)."""
+    if not costs:
+        return {}
+    return {k: statistics.median([float(c.get(k, 0.0)) for c in costs]) for k in keys}
+
+
+def breakdown_text(medians: Mapping[str, float]) -> str:
+    """``check_call 1.20  blocks 0.33``: a breakdown's seconds by part, ``_s`` dropped."""
+    return "  ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in medians.items())
 
 
 @dataclass(frozen=True)
@@ -148,10 +163,8 @@ def _summarise(records: list[dict[str, Any]], arrivals: list[float]) -> dict[str
     blocked = [c for c in cases if c["verdict"] in {str(v) for v in BLOCKING}]
     passed = [c for c in cases if c["status"] == "pass"]
     walls = [c["wall_s"] for c in passed]
-    breakdown = {
-        key: round(statistics.median([c["cost"].get(key, 0.0) for c in passed]), 3)
-        for key in cost_keys()
-    } if passed else {}  # fmt: skip
+    medians = median_breakdown([c["cost"] for c in passed], cost_keys())
+    breakdown = {key: round(v, 3) for key, v in medians.items()}
     return {
         "verdicts": verdicts,
         "blocked": bool(blocked),
@@ -263,13 +276,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
             f"{len(walls)} cases (max {walls[-1]:.1f}); 200 cases at the median: "
             f"{200 * statistics.median(walls) / 60:.1f} min"
         )
-        medians = {
-            k: statistics.median([c["cost"].get(k, 0.0) for c in every]) for k in cost_keys()
-        }
-        table.append(
-            "median breakdown s: "
-            + "  ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in medians.items())
-        )
+        medians = median_breakdown([c["cost"] for c in every], cost_keys())
+        table.append(f"median breakdown s: {breakdown_text(medians)}")
         table.append(
             f"screen: {sum(c['resetups'] for c in every)} sides set up again "
             f"({sum(c['respawns'] for c in every)} in a new process), "

@@ -151,6 +151,11 @@ def test_the_device_command_runs_sdpa_through_a_sandboxed_worker_on_the_cpu(
     assert records and all(r["run"] == run["id"] for r in records)
     assert all(r["telemetry"] is None for r in records)  # CPU timings: no GPU telemetry
     assert "sandbox probe: ok" in done.stdout and "sdpa-math: rc 0" in done.stdout
+    # through the sandboxed worker too, each case that ran says where its seconds went
+    ran = [r for r in records if r["status"] != "skip"]
+    assert ran and all(r["cost"]["wall_s"] > 0 for r in ran)
+    assert run["case_costs"]["cases"] == len(ran)
+    assert "     median a case: wall " in done.stdout
 
 
 def test_a_run_cut_by_the_deadline_leaves_its_suite_logs_tail(tmp_path: Path) -> None:
@@ -175,6 +180,49 @@ def test_a_run_cut_by_the_deadline_leaves_its_suite_logs_tail(tmp_path: Path) ->
     lines = service.table({"live_logs": found})
     assert "still running at the end: run-1-runner-0.log: compiling batch_decode" in lines
     assert service.live_suite_logs(tmp_path / "nothing", tmp_path / "live2") == {}
+
+
+def test_an_unpaired_runs_line_is_followed_by_where_its_case_seconds_went() -> None:
+    """The H100's FlashInfer 0.6.0 run: 152 cases, 300 s, 62 s of timings. Each record's
+    ``cost`` (``runner.run_case``) says where the rest went; the table prints its medians."""
+    from kernelwatch.kernels.runner import CHECK_PARTS
+
+    def rec(run: int, status: str, wall: float, call: float, timing: float = 0.0) -> dict:
+        cost = dict.fromkeys(CHECK_PARTS, 0.01) | {"check_call_s": call, "wall_s": wall}
+        return {
+            "run": run,
+            "status": status,
+            "cost": cost | ({"timing_s": timing} if timing else {}),
+        }
+
+    records = [
+        rec(4, "pass", 2.0, 1.2, 0.3),
+        rec(4, "pass", 1.8, 1.0, 0.4),
+        rec(4, "fail", 1.5, 1.4),  # wrong: never timed, its timing counts as 0
+        rec(4, "skip", 0.01, 0.0),  # not run: left out
+        {"run": 4, "status": "error"},  # the worker's crash record: nothing to count
+        rec(5, "pass", 9.0, 8.0, 0.5),  # another run's
+        {"run": 6, "status": "pass", "paired": {"verdict": "unchanged", "gpu_s": 3.0}},
+    ]
+    costs = service.case_costs(records, 4)
+    assert costs["cases"] == 3 and costs["wall_s"] == pytest.approx(5.3)
+    median = costs["median"]
+    assert list(median) == ["wall_s", *CHECK_PARTS, "timing_s"]
+    assert median["wall_s"] == 1.8 and median["check_call_s"] == 1.2
+    assert median["timing_s"] == pytest.approx(0.3) and median["check_load_s"] == 0.01
+    assert service.case_costs(records, 6) == {}  # paired: its own price, no runner cost
+    run = {"id": 4, "commit": "version:flashinfer-python==0.6.0", "status": "succeeded",
+           "verdict": "pass", "cases": [{"status": "pass"}], "case_costs": costs}  # fmt: skip
+    lines = service.table({"plans": [{"library": "flashinfer", "rc": 0, "dumped": [run]}]})
+    at = next(i for i, x in enumerate(lines) if x.startswith("  #4 flashinfer-python==0.6.0"))
+    assert lines[at + 1] == (
+        "     median a case: wall 1.80 s; check_load 0.01  check_inputs 0.01  check_call 1.20  "
+        "check_reference 0.01  check_compare 0.01  timing 0.30 (3 cases, 5 s in all)"
+    )
+    del run["case_costs"]  # a paired run, or records older than cost: no such line
+    assert not any(
+        "median a case" in x for x in service.table({"plans": [{"library": "x", "dumped": [run]}]})
+    )
 
 
 def test_run_arguments_parse() -> None:
