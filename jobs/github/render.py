@@ -151,17 +151,16 @@ def render_comment(
     verdict: CommitVerdict,
     *,
     dashboard_url: str,
-    baseline_label: str = "merge-base",
     paired: bool = False,
 ) -> str:
-    """Markdown for the one PR comment kernelwatch keeps (updated in place)."""
+    """Markdown for the one PR comment kernelwatch keeps (updated in place); also the
+    ``markdown`` of a gate answer, for any commit: the baseline is named as its runs
+    know it (merge-base, parent or baseline: ``ClassVerdict.baseline_word``)."""
     base_url = dashboard_url.rstrip("/")
     baselines = sorted({c.baseline_sha for c in verdict.classes if c.baseline_sha})
-    against = (
-        f" against {inert(baseline_label)} {code_span(baselines[0][:12])}"
-        if len(baselines) == 1
-        else ""
-    )
+    words = sorted({c.baseline_word for c in verdict.classes if c.baseline_sha})
+    word = words[0] if len(words) == 1 else "baseline"
+    against = f" against {word} {code_span(baselines[0][:12])}" if len(baselines) == 1 else ""
     out = [
         COMMENT_MARKER,
         f"### kernelwatch: {_headline(verdict)}",

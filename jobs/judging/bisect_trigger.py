@@ -31,10 +31,11 @@ from sqlalchemy.orm import Session
 from kernelwatch.db import bisect as store
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.models import Commit, RegressionEvidence, Result, Run
+from kernelwatch.jobs.judging.compose import BRANCH_TRIGGERS
 from kernelwatch.jobs.judging.history import CHANGEPOINT, same_history
 from kernelwatch.kernels.verdict import BLOCKING, RunVerdict
 
-MAIN_TRIGGERS = ("push", "nightly")
+MAIN_TRIGGERS = BRANCH_TRIGGERS  # a watched branch's runs: their change points bisect
 
 
 def on_judged(session: Session, run: Run) -> Bisection | None:

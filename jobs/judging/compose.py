@@ -31,6 +31,20 @@ from typing import Generic, TypeVar
 from kernelwatch.db.models import Run
 
 MANUAL_TRIGGER = "manual"
+# a pull request's runs (its webhook's, ``gate``'s): measured against the merge-base
+PR_TRIGGERS = ("pull_request", "gate")
+# a watched branch's runs: each commit against its first parent
+BRANCH_TRIGGERS = ("push", "nightly")
+
+
+def baseline_word(trigger: str) -> str:
+    """What a run's baseline commit is to a reader: ``merge-base`` for a pull request's
+    run, ``parent`` for a branch's, ``baseline`` for the rest (a manual run's
+    ``--baseline`` or the commit before it in a range, an import's parent). The PR
+    comment said "against merge-base" for every run, a manual range's included."""
+    if trigger in PR_TRIGGERS:
+        return "merge-base"
+    return "parent" if trigger in BRANCH_TRIGGERS else "baseline"
 
 
 class Authority(IntEnum):
@@ -124,10 +138,14 @@ def pick(measurements: Iterable[Measured[K, M]]) -> dict[K, Measured[K, M]]:
 
 
 __all__ = [
+    "BRANCH_TRIGGERS",
+    "MANUAL_TRIGGER",
+    "PR_TRIGGERS",
     "Authority",
     "Measured",
     "authority",
     "authority_of",
+    "baseline_word",
     "pick",
     "source_label",
     "source_word",

@@ -36,7 +36,13 @@ from sqlalchemy.orm import Session
 
 from kernelwatch.db.github import RunLink
 from kernelwatch.db.models import FINAL_STATES, Case, Commit, Repository, Result, Run
-from kernelwatch.jobs.judging.compose import Measured, authority, pick, source_label
+from kernelwatch.jobs.judging.compose import (
+    Measured,
+    authority,
+    baseline_word,
+    pick,
+    source_label,
+)
 from kernelwatch.kernels.record import (
     Price,
     accuracy_of,
@@ -129,6 +135,9 @@ class ClassVerdict:
     # whether CPU timings gated where the speaking run was judged (None: not recorded):
     # the labels of moved cases follow it (``verdict_label``)
     cpu_timings_gate: bool | None = None
+    # what the baseline commit is to a reader (``compose.baseline_word``): merge-base,
+    # parent or baseline
+    baseline_word: str = "baseline"
 
     @property
     def final(self) -> bool:
@@ -237,6 +246,7 @@ def _make(
         telemetry_timed=tele.get("off", 0) + tele.get("live", 0),
         price=price or Price(),
         cpu_timings_gate=cpu_timings_gate,
+        baseline_word=baseline_word(run.trigger),
     )
 
 

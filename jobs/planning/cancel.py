@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.jobs.judging.analysis import analyze_ready
+from kernelwatch.jobs.judging.compose import PR_TRIGGERS
 
-PR_TRIGGERS = ("pull_request", "gate")
 ACTIVE_STATES = ("queued", "running")
 
 Revoke = Callable[[list[str]], None]

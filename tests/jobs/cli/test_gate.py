@@ -231,6 +231,33 @@ def test_class_verdict_from_the_database(factory: sessionmaker[Session]) -> None
     assert [m.kernel for m in cls.moved] == ["softmax", "rmsnorm"]
     assert cls.moved[0].baseline_median_s == pytest.approx(1.2e-4)
     assert cls.dashboard_path == f"/?page=compare&a={cls.baseline_run_id}&b={cls.run_id}"
+    # manual runs: their baseline is not a merge-base (the comment said so for every run)
+    assert cls.baseline_word == "baseline"
+    comment = render_comment(current(factory, "acme/kernels", HEAD), dashboard_url="http://x")
+    assert "against baseline `" in comment and "merge-base" not in comment
+
+
+@pytest.mark.parametrize(
+    ("trigger", "word"),
+    [("pull_request", "merge-base"), ("gate", "merge-base"), ("push", "parent"),
+     ("nightly", "parent"), ("manual", "baseline"), ("import", "baseline")],
+)  # fmt: skip
+def test_the_baseline_is_named_as_the_runs_trigger_knows_it(
+    factory: sessionmaker[Session], trigger: str, word: str
+) -> None:
+    seed(factory)
+    with factory() as session, session.begin():
+        for run in session.scalars(select(Run)):
+            run.trigger = trigger
+    verdict = current(factory, "acme/kernels", HEAD)
+    assert [c.baseline_word for c in verdict.classes] == [word]
+    assert f"against {word} `" in render_comment(verdict, dashboard_url="http://x")
+
+
+def test_classes_whose_baselines_are_named_differently_say_baseline() -> None:
+    v = sample_verdict()
+    mixed = replace(v, classes=(v.classes[0], replace(v.classes[1], baseline_word="parent")))
+    assert f"against baseline `{BASE[:12]}`" in render_comment(mixed, dashboard_url="http://x")
 
 
 def test_missing_baseline_measurement_is_an_error_not_a_pass(
@@ -276,11 +303,12 @@ def sample_verdict() -> CommitVerdict:
         run_id=42, run_status="succeeded", run_verdict="fail", baseline_sha=BASE,
         baseline_run_id=41, confidence=0.99,
         counts={"regression": 1, "broken": 1, "improvement": 1, "unchanged": 9}, moved=moved,
+        baseline_word="merge-base",
     )  # fmt: skip
     b200 = ClassVerdict(
         device_class="b200", state="success", description="12 unchanged", run_id=44,
         run_status="succeeded", run_verdict="pass", baseline_sha=BASE, baseline_run_id=43,
-        confidence=0.99, counts={"unchanged": 12},
+        confidence=0.99, counts={"unchanged": 12}, baseline_word="merge-base",
     )  # fmt: skip
     return CommitVerdict("acme/kernels", HEAD, (b200, h100))
 
