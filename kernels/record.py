@@ -612,10 +612,13 @@ def price_of(records: Iterable[Mapping[str, Any] | None]) -> Price:
 
 
 def _seconds(value: Any) -> float | None:
-    """A stored price field as seconds; None where it is none (null, a flag or text)."""
+    """A stored price field as seconds; None where it is none (null, a flag or text) or
+    none could be (negative, NaN, infinite): records are written inside the sandbox, so
+    a kernel's code could forge them, and its PR's price must not read "-3 s a case"."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 # --------------------------------------------------------------------------- validation

@@ -90,6 +90,14 @@ def test_an_unpaired_runs_price_counts_its_measured_cases_and_their_wall_seconds
     )
 
 
+def test_forged_seconds_are_not_counted() -> None:
+    """Records are written inside the sandbox: a kernel could write any number there."""
+    forged = [_unpaired("pass", s) for s in (-3.0, float("nan"), float("inf"), True)]
+    assert price_of([*forged, _unpaired("pass", 2.0)]) == Price(measured=1, measured_s=2.0)
+    paired = [_record("unchanged", s) for s in (-1.0, float("inf"))]
+    assert price_of(paired) == Price(cases=2, gpu_s=0.0)
+
+
 def test_a_case_the_budget_left_unmeasured_is_inconclusive_not_skipped() -> None:
     j = judge_case("skip", None, paired=True, measured=CaseVerdict.INCONCLUSIVE)
     assert j.verdict == CaseVerdict.INCONCLUSIVE and j.detail == NOTE_UNMEASURED
