@@ -232,6 +232,21 @@ def test_run_arguments_parse() -> None:
     assert args.library == ["liger", "sdpa"] and args.sandbox == "none"
 
 
+def test_the_suite_timeout_is_the_calls_to_set(tmp_path: Path) -> None:
+    """FlashInfer 0.6.0's decode suite ran 152 of its 204 cases in the default 300 s on
+    an H100 (docs/measurement.md section 21): a call may give the worker's suites more."""
+    p = argparse.ArgumentParser()
+    service.add_arguments(p)
+    default = service.service_env(tmp_path, p.parse_args([]), "", {}, cpu=False)
+    assert default["KW_SUITE_TIMEOUT_S"] == "300"
+    longer = p.parse_args(["--library", "flashinfer", "--suite-timeout-s", "540"])
+    assert service.service_env(tmp_path, longer, "", {}, cpu=False)["KW_SUITE_TIMEOUT_S"] == "540"
+    assert (
+        service.service_env(tmp_path, p.parse_args([]), "", {}, cpu=True)["KW_SUITE_TIMEOUT_S"]
+        == "600"
+    )
+
+
 def test_cute_dsl_commits_differ_in_the_recipes_tile_only(tmp_path: Path) -> None:
     """Two tile configurations are two commits; a paired range compares them."""
     from kernelwatch.jobs.library.mirror import git
