@@ -28,6 +28,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 IDENTITY_FIELDS = ("index", "uuid", "name")
+# the class of a machine without a GPU (its runs time the CPU: plumbing only)
+CPU_CLASS = "cpu"
+
+
+def processor(device_class: str) -> str:
+    """``CPU`` for the CPU class, ``GPU`` for any other: what a run's seconds held, in
+    texts ("GPU time 1.2 min", "on the same GPU")."""
+    return "CPU" if device_class.lower() == CPU_CLASS else "GPU"
 
 
 def device_class(name: str) -> str:
@@ -37,8 +45,8 @@ def device_class(name: str) -> str:
     -> 'h100-pcie', 'NVIDIA H100 NVL' -> 'h100-nvl': form factors with other clocks and
     power limits are other classes, so their numbers never share a series.
     """
-    if not name or name == "cpu":
-        return "cpu"
+    if not name or name == CPU_CLASS:
+        return CPU_CLASS
     upper = name.upper().replace("NVIDIA", "")
     m = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Z]?)\b", upper)
     token = m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

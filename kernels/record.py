@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
+from kernelwatch.kernels.devclass import processor
+
 SCHEMA_VERSION = 1
 
 Status = Literal["pass", "fail", "error", "skip"]
@@ -580,8 +582,7 @@ def _held(seconds: float, cases: int, device_class: str) -> str:
     if not seconds:
         return ""
     total = f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
-    held = "CPU time" if device_class.lower() == "cpu" else "GPU time"
-    return f"; {held} {total} ({seconds / cases:.1f} s a case)"
+    return f"; {processor(device_class)} time {total} ({seconds / cases:.1f} s a case)"
 
 
 def price_of(records: Iterable[Mapping[str, Any] | None]) -> Price:

@@ -69,6 +69,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, TypeGuard
 
+from kernelwatch.kernels.devclass import CPU_CLASS
+
 
 class CaseVerdict(StrEnum):
     """What one case's comparison means (the design's per-case vocabulary)."""
@@ -420,7 +422,6 @@ def _interval(
 # (the run's own verdict) and every reader of a commit's answer (gate, show, the API,
 # the reporter, the dashboard), each with its own process's setting.
 
-CPU_CLASS = "cpu"
 _CPU_WORDS: dict[CaseVerdict, str] = {
     CaseVerdict.REGRESSION: "slower",
     CaseVerdict.IMPROVEMENT: "faster",

@@ -21,6 +21,7 @@ from kernelwatch.jobs.judging.verdicts import (
     moved_note,
     verdict_label,
 )
+from kernelwatch.kernels.devclass import processor
 from kernelwatch.kernels.units import seconds_text
 from kernelwatch.kernels.verdict import BLOCKING, ORDER, CaseVerdict, RunVerdict
 
@@ -202,8 +203,8 @@ def render_comment(
     level = f"{levels[0] * 100:g} %" if len(levels) == 1 else "the configured"
     paired = paired or (bool(verdict.classes) and all(c.paired for c in verdict.classes))
     # a CPU class's runs held no GPU (the demo, a fleet without GPUs)
-    cpu = bool(verdict.classes) and all(c.device_class.lower() == "cpu" for c in verdict.classes)
-    unit = "CPU" if cpu else "GPU"
+    units = {processor(c.device_class) for c in verdict.classes}
+    unit = "CPU" if units == {"CPU"} else "GPU"
     how = (
         f"baseline and candidate interleaved on the same {unit} (paired A/B)"
         if paired
