@@ -205,7 +205,7 @@ def update(
     """
     base, settings = git_credentials.credentials(superproject)
     settings |= mirror_credentials(mirrors or {})
-    auth = git_credentials.config_env(settings) if settings else {}
+    auth = git_credentials.config_env(settings)
     origin = origin_of(base)
     deadline = time.monotonic() + timeout
     return _update(checkout, paths, mirrors or {}, deadline, base, origin, 0, auth)
@@ -250,7 +250,7 @@ def _update(
     if left <= 0:
         raise InfrastructureError("submodule update timed out")
     code, log, timed_out = run_logged(argv, cwd=checkout, env=env, timeout=left)
-    # the argv and git's messages hold the resolved URLs, with the source's token if any
+    # the source's token is in env, not here; a user in a .gitmodules URL would be
     header = public_source("$ " + " ".join(argv)) + "\n"
     log = public_source(log)
     if timed_out:

@@ -28,7 +28,7 @@ def split(url: str) -> tuple[str, dict[str, str]]:
     into git's environment as it is.
     """
     public, settings = credentials(url)
-    return public, config_env(settings) if settings else {}
+    return public, config_env(settings)
 
 
 def credentials(url: str) -> tuple[str, dict[str, str]]:
@@ -48,7 +48,10 @@ def credentials(url: str) -> tuple[str, dict[str, str]]:
 
 
 def config_env(settings: Mapping[str, str]) -> dict[str, str]:
-    """git configuration as environment variables (``GIT_CONFIG_COUNT`` and its pairs)."""
+    """git configuration as environment variables (``GIT_CONFIG_COUNT`` and its pairs);
+    none for no settings."""
+    if not settings:
+        return {}
     env = {"GIT_CONFIG_COUNT": str(len(settings))}
     for i, (key, value) in enumerate(settings.items()):
         env[f"GIT_CONFIG_KEY_{i}"] = key
