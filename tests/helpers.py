@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import subprocess
+import threading
 import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -156,3 +160,16 @@ def make_wheel(
         for path, text in files.items():
             zf.writestr(path, text)
     return whl
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A loopback HTTP server answering with ``handler`` in a thread; yields its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

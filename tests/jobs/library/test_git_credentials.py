@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import base64
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,7 +20,7 @@ from kernelwatch.jobs.errors import InfrastructureError, SourceError
 from kernelwatch.jobs.library import git_credentials, mirror
 from kernelwatch.jobs.library.mirror import Mirror
 from kernelwatch.worker import submodules
-from tests.helpers import git, make_repo
+from tests.helpers import git, make_repo, serving
 
 TOKEN = "ghs_SECRET123"
 
@@ -41,15 +40,8 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[tuple[str, list[tuple[str, str]]]]:
     seen: list[tuple[str, str]] = []
-    handler = type("Handler", (_Recorder,), {"seen": seen})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{httpd.server_address[1]}", seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(type("Handler", (_Recorder,), {"seen": seen})) as port:
+        yield f"127.0.0.1:{port}", seen
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ from kernelwatch.jobs.planning.schedule import (
     parse_when,
 )
 from kernelwatch.jobs.planning.scheduled import send_selftests
-from tests.helpers import make_wheel
+from tests.helpers import make_wheel, serving
 
 # ------------------------------------------------------------------------ configuration
 
@@ -210,14 +209,8 @@ def http_index() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as port:
+        yield f"http://127.0.0.1:{port}/simple", seen
 
 
 def test_versions_of_an_http_index_through_pep_691(http_index: tuple[str, list[str]]) -> None:
