@@ -35,12 +35,10 @@ from kernelwatch.jobs.judging.compose import BRANCH_TRIGGERS
 from kernelwatch.jobs.judging.history import CHANGEPOINT, same_history
 from kernelwatch.kernels.verdict import BLOCKING, RunVerdict
 
-MAIN_TRIGGERS = BRANCH_TRIGGERS  # a watched branch's runs: their change points bisect
-
 
 def on_judged(session: Session, run: Run) -> Bisection | None:
     """Record a bisection for ``run`` if it calls for one (see the module); else None."""
-    if run.trigger not in MAIN_TRIGGERS or run.options.bisection_id is not None:
+    if run.trigger not in BRANCH_TRIGGERS or run.options.bisection_id is not None:
         return None
     if run.verdict != RunVerdict.FAIL or run.commit is None or not run.baseline_sha:
         return None
@@ -64,7 +62,7 @@ def on_change_point(session: Session, finding: RegressionEvidence) -> Bisection 
         return None
     case_id = finding.regression.case_id
     run = session.get(Run, finding.run_id)
-    if run is None or run.trigger not in MAIN_TRIGGERS or run.options.bisection_id is not None:
+    if run is None or run.trigger not in BRANCH_TRIGGERS or run.options.bisection_id is not None:
         return None
     if run.commit is None or run.commit.sequence is None:
         return None
@@ -133,4 +131,4 @@ def _record(
     return row
 
 
-__all__ = ["MAIN_TRIGGERS", "on_change_point", "on_judged"]
+__all__ = ["on_change_point", "on_judged"]
