@@ -370,16 +370,42 @@ def redis_pid(port: int) -> int | None:
     return None
 
 
+# seconds of a call a suite cannot have: the worker's start, the library's install, the
+# run's end, the dump and the table after it (2026-12-05, an H100: 40 s to the worker,
+# 555 s in all)
+SUITE_SETUP_S = 120.0
+
+
+def suite_timeout_s(args: argparse.Namespace, cpu: bool, cap_s: float | None) -> int:
+    """The worker's ``KW_SUITE_TIMEOUT_S``: the call's ``--suite-timeout-s`` (300; CPU
+    600), cut to ``cap_s``, what the call's deadline leaves a suite.
+
+    A suite the call's deadline kills stores nothing: FlashInfer 0.6.0's decode suite,
+    given 540 s in a 585 s call on an H100 (2026-12-05), started 140 cases and recorded
+    none. One the worker's own timeout ends keeps the records of the cases it finished.
+    """
+    want = args.suite_timeout_s or (600 if cpu else 300)
+    if cap_s is None:
+        return int(want)
+    return int(max(30.0, min(want, cap_s)))
+
+
 def service_env(
-    work: Path, args: argparse.Namespace, broker: str, configs: dict[str, str], cpu: bool
+    work: Path,
+    args: argparse.Namespace,
+    broker: str,
+    configs: dict[str, str],
+    cpu: bool,
+    cap_s: float | None = None,
 ) -> dict[str, str]:
-    """The service's settings for this call: ``liger``'s, with Redis, SQLite, more configs."""
+    """The service's settings for this call: ``liger``'s, with Redis, SQLite, more configs;
+    the suite timeout cut to ``cap_s`` (:func:`suite_timeout_s`)."""
     env = liger.service_env(Path(), work / "data", cpu, args.sandbox)
     env |= {
         "KW_DATABASE_URL": f"sqlite:///{work / 'kernelwatch.db'}",
         "KW_BROKER_URL": broker,  # "": the embedded filesystem transport
         "KW_REPO_CONFIGS": json.dumps(configs),
-        "KW_SUITE_TIMEOUT_S": str(args.suite_timeout_s or (600 if cpu else 300)),
+        "KW_SUITE_TIMEOUT_S": str(suite_timeout_s(args, cpu, cap_s)),
         "KW_CASE_TIMEOUT_S": "180" if cpu else "120",
     }
     # the worker, its suites and what they start keep NVLink multicast off
@@ -551,7 +577,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     try:
         wait_s = max(30.0, ctx.left() - args.reserve_s - 40)
         planned, configs = plans(ctx, args, python, work, wait_s)
-        env = service_env(work, args, broker, configs, ctx.cpu)
+        cap_s = ctx.left() - args.reserve_s - SUITE_SETUP_S
+        env = service_env(work, args, broker, configs, ctx.cpu, cap_s)
         result["settings"] = env
         result["probe"] = probe(ctx, python, env, work)
         upgrade = ctx.run("db-upgrade", [python, *CLI, "db", "upgrade"], 60, env=env)

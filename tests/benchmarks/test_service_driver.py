@@ -247,6 +247,20 @@ def test_the_suite_timeout_is_the_calls_to_set(tmp_path: Path) -> None:
     )
 
 
+def test_the_suite_timeout_ends_before_the_calls_deadline(tmp_path: Path) -> None:
+    """A suite the call's deadline kills stores nothing (an H100, 2026-12-05: 540 s asked
+    in a 585 s call, 140 cases started, none recorded): the worker's timeout is cut to
+    what the deadline leaves, and never below 30 s."""
+    p = argparse.ArgumentParser()
+    service.add_arguments(p)
+    args = p.parse_args(["--library", "flashinfer", "--suite-timeout-s", "540"])
+    env = service.service_env(tmp_path, args, "", {}, cpu=False, cap_s=412.7)
+    assert env["KW_SUITE_TIMEOUT_S"] == "412"
+    assert service.suite_timeout_s(args, False, 1000.0) == 540
+    assert service.suite_timeout_s(args, False, 5.0) == 30
+    assert service.suite_timeout_s(p.parse_args([]), True, 250.0) == 250
+
+
 def test_cute_dsl_commits_differ_in_the_recipes_tile_only(tmp_path: Path) -> None:
     """Two tile configurations are two commits; a paired range compares them."""
     from kernelwatch.jobs.library.mirror import git
