@@ -392,6 +392,42 @@ def flashinfer_versions(
     return _table(header, rows)
 
 
+def flashinfer_suites(
+    data: Dataset,
+    old: str = "service-h200-2026-12-04/flashinfer-run1.jsonl",
+    new: str = "service-h200-2026-12-05/flashinfer-0.6.0-run1.jsonl",
+) -> str:
+    """FlashInfer 0.6.0's whole decode suite beside 0.5.3's, two cards: per GQA group
+    (query heads per KV head: above 4 the adapter asks for tensor cores, as FlashInfer
+    advises), KV dtype and batch x length, the cases, both releases' median times and the
+    range of the ratios of matching cases, and how 0.6.0's checks ended."""
+    before = {r.case_id: r for r in data.records[old]}
+    groups: dict[tuple[int, str, int, int], list[ResultRecord]] = {}
+    for r in data.records[new]:
+        p = r.params
+        key = (int(p["heads"]) // int(p["kv_heads"]), str(p.get("kv_dtype", p["dtype"])),
+               int(p["batch"]), int(p["kv_len"]))  # fmt: skip
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for (group, kv, batch, length), recs in sorted(groups.items()):
+        pairs = [(b.timing.median, r.timing.median) for r in recs
+                 if r.status == "pass" and r.timing and (b := before.get(r.case_id)) is not None
+                 and b.timing]  # fmt: skip
+        ratios = sorted(t1 / t0 for t0, t1 in pairs)
+        ends: dict[str, int] = {}
+        for r in recs:
+            ends[r.status] = ends.get(r.status, 0) + 1
+        rows.append([str(group), "16-bit" if kv in ("bfloat16", "float16") else kv,
+                     f"{batch} x {length}", str(len(recs)),
+                     _span(sorted(t0 for t0, _ in pairs), _us),
+                     _span(sorted(t1 for _, t1 in pairs), _us),
+                     _span(ratios, lambda x: f"{x:.3f}"),
+                     ", ".join(f"{n} {k}" for k, n in sorted(ends.items()))])  # fmt: skip
+    header = ["GQA group", "KV", "batch x tokens", "cases", "0.5.3 median", "0.6.0 median",
+              "0.6.0 / 0.5.3", "0.6.0 check"]  # fmt: skip
+    return _table(header, rows)
+
+
 TABLES: dict[str, Callable[[Dataset], str]] = {
     "liger-history": liger_history,
     "liger-paired": liger_paired,
@@ -404,6 +440,7 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
     ),
     "flashinfer-reference": flashinfer_reference,
     "flashinfer-versions": flashinfer_versions,
+    "flashinfer-suites": flashinfer_suites,
     "first-suite": first_suite,
     "fa3-paired": fa3_paired,
     "fa3-commits": fa3_commits,

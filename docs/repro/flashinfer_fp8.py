@@ -23,6 +23,13 @@ sweep over the sequence length after it is not yet measured.
    bytes faster. FlashInfer #4977 (2026-09) says why: FA3 rejected a 16-bit query with
    an FP8 cache, so ``backend="auto"`` on SM90 fell back to FA2's mixed-precision
    kernel, "slower than FA2 with a 16-bit cache".
+3. Tensor-core decode under 0.6.0 (``use_tensor_cores=True``, GQA above 4): kernelwatch
+   measured it 3.6x to 27.6x slower than under 0.5.3 on the H200 (2026-12-05,
+   docs/measurement.md §22b), and an FP8 cache with a 16-bit query failed to build
+   (``static assertion failed with "MajorB must be GMMA::Major::K for this config."``).
+   0.6.0's ``backend="auto"`` resolves through ``determine_attention_backend`` to FA3 on
+   SM90; 0.5.3 always planned FA2 there. FlashInfer #2400 and #2530 (merged 2026-02-09)
+   say the same. The decode finding times ``backend="fa2"`` beside ``"auto"``.
 """
 
 from __future__ import annotations
@@ -100,7 +107,12 @@ def decode(
 ) -> dict[str, object]:
     """GQA 8: FlashInfer 0.5.3's batch decode rejects a group of 7 ("Unsupported
     group_size: 7", H200, 2026-12-04), so the 28/4 heads of an earlier version of
-    this script ended the run there."""
+    this script ended the run there.
+
+    With tensor cores, each cache dtype is timed under ``backend="auto"`` and under
+    ``"fa2"``: 0.6.0's ``auto`` resolves to FA3 on SM90, where 0.5.3 always planned FA2
+    (finding 3). A row whose plan or build fails records the error and the script goes
+    on: 0.6.0's FA3 template does not compile for an FP8 cache with a 16-bit query."""
     page, d = 16, 128
     pages = batch * tokens // page
     indptr = torch.arange(0, pages + 1, tokens // page, dtype=torch.int32, device="cuda")
@@ -108,29 +120,35 @@ def decode(
     last = torch.full((batch,), page, dtype=torch.int32, device="cuda")
     q = torch.randn(batch, hq, d, dtype=torch.float16, device="cuda")
     kv16 = torch.randn(pages, 2, page, hk, d, dtype=torch.float16, device="cuda")
-    rows = {}
+    rows: dict[str, dict[str, object]] = {}
+    variants = ((False, "auto"), (True, "auto"), (True, "fa2"))
     for name, cache in (("float16", kv16), ("float8_e4m3fn", kv16.to(FP8))):
-        for tc in (False, True):
-            w = fi.BatchDecodeWithPagedKVCacheWrapper(
-                torch.zeros(256 << 20, dtype=torch.uint8, device="cuda"), "NHD", use_tensor_cores=tc
-            )
-            w.plan(
-                indptr,
-                indices,
-                last,
-                hq,
-                hk,
-                d,
-                page,
-                q_data_type=q.dtype,
-                kv_data_type=cache.dtype,
-            )
-            us = _time(partial(w.run, q, cache))
+        for tc, backend in variants:
+            label = f"{name} tensor_cores={tc} backend={backend}"
+            try:
+                w = fi.BatchDecodeWithPagedKVCacheWrapper(
+                    torch.zeros(256 << 20, dtype=torch.uint8, device="cuda"),
+                    "NHD",
+                    use_tensor_cores=tc,
+                    backend=backend,
+                )
+                w.plan(
+                    indptr,
+                    indices,
+                    last,
+                    hq,
+                    hk,
+                    d,
+                    page,
+                    q_data_type=q.dtype,
+                    kv_data_type=cache.dtype,
+                )
+                us = _time(partial(w.run, q, cache))
+            except Exception as exc:  # a failed JIT build is the finding, not the end
+                rows[label] = {"error": f"{type(exc).__name__}: {str(exc)[-300:]}"}
+                continue
             moved = cache.numel() * cache.element_size()
-            rows[f"{name} tensor_cores={tc}"] = {
-                "us": round(us, 1),
-                "TB/s": round(moved / us / 1e6, 2),
-            }
+            rows[label] = {"us": round(us, 1), "TB/s": round(moved / us / 1e6, 2)}
     return {"batch": batch, "tokens": tokens, "heads": f"{hq}/{hk}", "times": rows}
 
 
