@@ -30,6 +30,7 @@ from kernelwatch.db.models import (
     Result,
     Run,
 )
+from kernelwatch.db.run_options import run_subject
 from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.store import public_source
 from kernelwatch.db.triage import TriageEvent
@@ -222,7 +223,7 @@ def runs(
 ) -> pd.DataFrame:
     """Newest runs first, with repository, commit and queue/run durations."""
     q = (
-        select(*RUN_COLUMNS)
+        select(*RUN_COLUMNS, Run.options)
         .join(Repository, Run.repository_id == Repository.id)
         .outerjoin(Commit, Run.commit_id == Commit.id)
         .order_by(Run.id.desc())
@@ -236,8 +237,16 @@ def runs(
         q = q.where(Run.device_class == device_class)
     if triggers:
         q = q.where(Run.trigger.in_(list(triggers)))
-    df = _with_durations(_frame(engine, q))
+    df = _with_subjects(_with_durations(_frame(engine, q))).drop(columns=["options"])
     df["moved"] = _moved_kernels(engine, [int(i) for i in df["id"]]) if len(df) else []
+    return df
+
+
+def _with_subjects(df: pd.DataFrame) -> pd.DataFrame:
+    """``message``: each run's subject (an import's note, else its commit's message)."""
+    if len(df):
+        df["message"] = [run_subject(o, m) for o, m in zip(df["options"], df["message"],
+                                                               strict=True)]  # fmt: skip
     return df
 
 
@@ -290,7 +299,7 @@ def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
         .outerjoin(Commit, Run.commit_id == Commit.id)
         .where(Run.id == run_id)
     )
-    df = _with_durations(_frame(engine, q))
+    df = _with_subjects(_with_durations(_frame(engine, q)))
     if df.empty:
         return None
     row: dict[str, Any] = df.iloc[0].to_dict()

@@ -129,6 +129,8 @@ class RunOptions(_Frozen):
       requested: the revisions of a request that could not be planned.
       joined: requests that joined this run instead of planning another (``dedup.join``).
       imported_from, records: the file and record count of ``kernelwatch import``.
+      note: what the import said of this file (``--message``, a manifest row's ``note``);
+        the run's subject in place of its commit's message (:func:`run_subject`).
       gate: a manual run asked (``run --gate``) to rank above other manual runs in its
         commit's composed answer (push and PR runs still rank first:
         ``jobs/judging/compose.py``).
@@ -174,6 +176,7 @@ class RunOptions(_Frozen):
     joined: list[dict[str, Any]] = Field(default_factory=list)
     imported_from: str | None = None
     records: int | None = None
+    note: str | None = None
     gate: bool = False
     bisection_id: int | None = None
     baseline_for: int | None = None
@@ -257,3 +260,13 @@ __all__ = [
     "RunOptions",
     "RunOptionsType",
 ]
+
+
+def run_subject(options: RunOptions, commit_message: str | None) -> str:
+    """What a run is about: its import's note, else its commit's message.
+
+    A commit's message is written once, by the first run that stores the commit. Two
+    imported files of one release (``version:flashinfer-python==0.6.0``: 7 cases on
+    2026-12-04, the whole suite on 2026-12-05) would both have read the first file's
+    note."""
+    return options.note or commit_message or ""

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, aliased
 from kernelwatch.db.bisect import Bisection
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.models import Case, Result, Run
+from kernelwatch.db.run_options import run_subject
 from kernelwatch.jobs.judging.analysis import case_threshold, run_thresholds
 from kernelwatch.jobs.judging.verdicts import (
     answer_for,
@@ -150,7 +151,9 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "id": run.id,
         "repository": run.repository.name,
         "commit": commit.sha if commit else None,
-        "message": (commit.message.splitlines() or [""])[0] if commit else "",
+        "message": (
+            run_subject(run.options, commit.message if commit else None).splitlines() or [""]
+        )[0],
         "baseline": run.baseline_sha,
         "status": run.status,
         "verdict": run.verdict,

@@ -133,7 +133,12 @@ def import_records(factory: sessionmaker[Session], settings: Settings, req: Impo
             queue="import",
             worker="import",
             baseline_sha=parent,
-            options=RunOptions(imported_from=str(req.path), records=len(records), paired=paired),
+            options=RunOptions(
+                imported_from=str(req.path),
+                records=len(records),
+                paired=paired,
+                note=req.message or None,
+            ),
             created=now,
             started=now,
             finished=now,

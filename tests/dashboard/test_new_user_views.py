@@ -91,6 +91,28 @@ def test_the_run_list_names_the_kernels_that_moved(db: tuple[str, History]) -> N
     assert moved[h.run_ids[0]] == ""
 
 
+def test_an_imported_runs_note_is_its_subject_in_the_list_and_the_run_view(
+    db: tuple[str, History],
+) -> None:
+    """Two imported files of one release share its commit, whose message the first wrote:
+    each run reads its own note; a run without one keeps its commit's message."""
+    url, h = db
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            update(Run)
+            .where(Run.id == h.run_ids[1])
+            .values(options={"imported_from": "suite.jsonl", "note": "the whole suite"})
+        )
+    df = queries.runs(engine)
+    subject = dict(zip(df["id"], df["message"], strict=True))
+    assert subject[h.run_ids[1]] == "the whole suite"
+    assert subject[h.run_ids[0]] and subject[h.run_ids[0]] != "the whole suite"
+    assert "options" not in df.columns
+    detail = queries.run_detail(engine, h.run_ids[1])
+    assert detail is not None and detail["message"] == "the whole suite"
+
+
 def test_moved_rows_are_highlighted() -> None:
     table = pd.DataFrame({"kernel": ["a", "b", "c"], "verdict": ["regression", "", "broken"]})
     styles = fmt.highlight(table)._compute().ctx

@@ -156,6 +156,13 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: 
         assert "regression" not in {r.verdict for r in sixteen if group(r) <= 4}
         built = [r for r in suite060.results if "Ninja build failed" in (r.error or "")]
         assert len(built) == 3 and all(group(r) == 8 for r in built)
+        suite060_id, subset060_id = suite060.id, newer.id
+    # each imported run reads its own row's note, though both share the commit (whose
+    # message the first import wrote)
+    for run_id, note in ((suite060_id, "FlashInfer 0.6.0's decode suite"),
+                         (subset060_id, "FlashInfer 0.6.0 against 0.5.3")):  # fmt: skip
+        shown = run_cli("show", str(run_id), "--json", env=env)
+        assert json.loads(shown.stdout)["message"].startswith(note), shown.stdout[:300]
     again = run_cli("import", str(MANIFEST), "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert [r["created"] for r in json.loads(again.stdout)["runs"]] == [False] * RUNS
