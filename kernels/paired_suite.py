@@ -105,6 +105,7 @@ from kernelwatch.kernels.runner import (
     CASE_HELP,
     blank_record,
     checked_case,
+    note_plan,
     random_seed,
     selected_cases,
 )
@@ -287,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--skip-case", action="append", default=[], help="leave this case id out (repeatable)"
     )
-    # the worker passes it to every runner; paired mode's coordinator announces no case
+    # the worker passes it to every runner; the coordinator lists its cases beside it
+    # (``note_plan``) and announces each on stderr, not in the file
     p.add_argument("--case-file", default=None, help=CASE_FILE_HELP)
     p.add_argument("--case", default="", help=CASE_HELP)
     p.add_argument(
@@ -496,6 +498,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         own_home=frozenset({"A"} if args.baseline_own_home else ()),
     )
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
+    ahead = selected_cases(args.suite, size, device, backend, args.kernel, args.skip_case,
+                           args.case, announce=False)  # fmt: skip
+    note_plan(args.case_file, ahead)
     records: list[dict[str, Any]] = []
     prewarm: list[dict[str, Any]] | None = None  # the later cases' set-ups, once due
     done: set[str] = set()

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 import torch
@@ -43,7 +43,12 @@ from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, suite_nam
 from kernelwatch.kernels.timing import TimerConfig, measure
 
 CASE_MARKER = "KW-CASE-START"
-CASE_FILE_HELP = "a file to note each case in as it starts (the worker's, beside stderr)"
+CASE_FILE_HELP = (
+    "a file to note each case in as it starts (the worker's, beside stderr); the cases "
+    "the run will take are listed beside it first (PLAN_SUFFIX)"
+)
+# ``<case file>.plan``: every case of the run, one JSON line each, before the first starts
+PLAN_SUFFIX = ".plan"
 # The marker lines are a protocol with the worker (``worker/suite_process.py``), which runs
 # ``python -m kernelwatch.kernels.runner`` (or ``.paired_suite``): on by default there.
 # ``kernelwatch bench`` and ``bench-paired`` at a terminal turn them off (issue 27: a
@@ -180,9 +185,13 @@ def bench(args: argparse.Namespace) -> list[ResultRecord]:
         # the record before it. The first case's starts here, so it holds its suite's
         # loading but not the process's start (interpreter, torch, the CUDA context), the
         # device description or the peak probe above: those are the run's, not a case's.
+        suites = args.suite or ["basic"]
+        ahead = selected_cases(suites, size, device, backend, args.kernel, args.skip_case,
+                               args.case, announce=False)  # fmt: skip
+        note_plan(args.case_file, ahead)
         since = time.perf_counter()
         for suite, spec, cid in selected_cases(
-            args.suite or ["basic"], size, device, backend, args.kernel, args.skip_case, args.case
+            suites, size, device, backend, args.kernel, args.skip_case, args.case
         ):
             record = run_case(spec, suite, cid, backend, impl, device, config)
             if record.throughput is not None and peaks:
@@ -319,6 +328,30 @@ def selected_cases(
                 params = json.dumps(spec.params, sort_keys=True)
                 _announce(f"{CASE_MARKER} {cid} {spec.kernel} {params}")
             yield suite, spec, cid
+
+
+def note_plan(case_file: str | None, cases: Iterable[tuple[str, CaseSpec, str]]) -> None:
+    """Every case this pass will take (``cases``: :func:`selected_cases` with
+    ``announce=False``), one JSON line each (suite, case id, kernel, params) in
+    ``<case_file>.plan``, before the first starts.
+
+    Why: a suite the worker's timeout ends loses the cases it did not reach from the run
+    without a trace (FlashInfer 0.6.0 on the H200, 2026-12-05: 48 of 204 cases); with
+    the plan the worker records each as a ``skip`` that says so
+    (``worker/suite_process.py``). No plan (no case file, or a suite that cannot be
+    listed: its error comes from the run itself) leaves the run as it was.
+    """
+    if not case_file:
+        return
+    try:
+        listed = list(cases)  # a suite that cannot load raises here, before the file
+        with open(case_file + PLAN_SUFFIX, "w", encoding="utf-8") as fh:
+            for suite, spec, cid in listed:
+                row = {"suite": suite, "case_id": cid, "kernel": spec.kernel,
+                       "params": spec.params}  # fmt: skip
+                fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+    except Exception:
+        return
 
 
 def _announce(marker: str) -> None:

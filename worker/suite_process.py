@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kernelwatch.kernels.exits import describe_exit
-from kernelwatch.kernels.record import RecordError, ResultRecord, library_fields
-from kernelwatch.kernels.runner import CASE_MARKER
+from kernelwatch.kernels.record import RecordError, ResultRecord, case_id, library_fields
+from kernelwatch.kernels.runner import CASE_MARKER, PLAN_SUFFIX
+from kernelwatch.kernels.verdict import SKIP_STATUS
 from kernelwatch.worker.process import POLL_S, Supervised, open_regular, read_tail
 from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.venvs import copy_jit_seed
@@ -39,6 +40,10 @@ MAX_RESTARTS = 50
 RECORD_LINE_MAX = 8 * 2**20
 RECORDS_MAX = 256 * 10**6  # of the whole file, read at the end of a pass
 LOG_TAIL_BYTES = 200_000  # of each pass's log file, the part kept in memory and the database
+# of the runner's plan (``<case file>.plan``: a JSON line per case, ~300 bytes): the code
+# under test can write it, so the worker reads no more, and records no more unreached cases
+PLAN_MAX_BYTES = 8 * 2**20
+UNREACHED_MAX = 20_000
 
 
 @dataclass
@@ -84,11 +89,64 @@ def run_suite(
     deadline = time.monotonic() + req.suite_timeout_s
     seeded = _seeded_cache(req)
     try:
-        return _passes(replace(req, jit_cache=seeded) if seeded else req, on_record,
-                       out_path, deadline)  # fmt: skip
+        outcome = _passes(replace(req, jit_cache=seeded) if seeded else req, on_record,
+                          out_path, deadline)  # fmt: skip
     finally:
         if seeded is not None:
             shutil.rmtree(seeded, ignore_errors=True)
+    if outcome.aborted and time.monotonic() >= deadline:
+        why = f"not reached: suite timed out after {req.suite_timeout_s:.0f}s"
+        for rec in unreached(req, {r.case_id for r in outcome.records}, why):
+            outcome.records.append(rec)
+            if on_record:
+                on_record(rec)
+    return outcome
+
+
+def unreached(req: SuiteRequest, recorded: set[str], why: str) -> list[ResultRecord]:
+    """The cases of the runner's last plan (``runner.note_plan``) that have no record,
+    each a ``skip`` saying ``why``: a run its suite timeout ended names what it did not
+    measure, where those cases would otherwise be missing without a word.
+
+    The plan is written where the code under test can write too: it is read through
+    :func:`open_regular` up to :data:`PLAN_MAX_BYTES`, and a line of another shape, a
+    case whose id is not its kernel's, backend's and parameters' (``record.case_id``: a
+    row cannot name another case), a case already recorded and anything past
+    :data:`UNREACHED_MAX` cases are passed over. At worst a tampered plan names cases of
+    its own library that the suite does not have as not reached.
+    """
+    try:
+        with open_regular(_plan_file(req)) as fh:
+            text = fh.read(PLAN_MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    seen, out = set(recorded), []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        suite, cid, kernel, params = (row.get(k) for k in ("suite", "case_id", "kernel", "params"))
+        if not (isinstance(suite, str) and isinstance(cid, str) and isinstance(kernel, str)
+                and isinstance(params, dict)) or cid in seen:  # fmt: skip
+            continue
+        backend = req.backend or req.impl or ""
+        try:
+            if cid != case_id(kernel, backend, params):
+                continue
+        except (TypeError, ValueError):  # parameters that are no case's
+            continue
+        seen.add(cid)
+        record = ResultRecord.for_case(suite, cid, kernel, backend, params)
+        record.status = SKIP_STATUS
+        record.library = library_fields(req.library)
+        record.error = why
+        out.append(record)
+        if len(out) >= UNREACHED_MAX:
+            break
+    return out
 
 
 def _seeded_cache(req: SuiteRequest) -> Path | None:
@@ -194,6 +252,7 @@ def _one_pass(
         argv += ["--skip-case", cid]
     noted = _case_file(req)
     noted.unlink(missing_ok=True)  # a link planted there goes, not what it names
+    _plan_file(req).unlink(missing_ok=True)  # so is an earlier pass's plan
     argv += ["--case-file", str(noted), *req.extra_args]
     env = dict(req.env)
     if req.pythonpath:
@@ -280,6 +339,11 @@ def _one_pass(
 def _case_file(req: SuiteRequest) -> Path:
     """Where the runner notes each case as it starts (its ``--case-file``)."""
     return req.workdir / "current-case"
+
+
+def _plan_file(req: SuiteRequest) -> Path:
+    """Where the runner lists the cases of its pass (``runner.note_plan``)."""
+    return req.workdir / f"current-case{PLAN_SUFFIX}"
 
 
 def _marker_case(line: str) -> tuple[str, str, str] | None:

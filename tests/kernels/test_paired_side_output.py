@@ -114,6 +114,19 @@ def test_a_kernel_writing_to_stdout_is_judged_as_usual(
     assert said in capfd.readouterr().err
 
 
+def test_the_coordinator_lists_its_cases_beside_the_case_file(tmp_path: Path) -> None:
+    """Paired mode's plan, as the runner's (``runner.note_plan``): what the worker names
+    as not reached when the suite timeout ends a paired run."""
+    out, noted = tmp_path / "paired.jsonl", tmp_path / "current-case"
+    argv = [*_argv(tmp_path, MATMUL_GOOD, MATMUL_GOOD, out), "--case-file", str(noted)]
+    assert bench_paired(argv) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    plan = [json.loads(line) for line in Path(f"{noted}.plan").read_text().splitlines()]
+    assert [(r["case_id"], r["kernel"], r["params"]) for r in plan] == [
+        (r["case_id"], r["kernel"], r["params"]) for r in records
+    ]
+
+
 def test_a_segfaulting_candidate_names_the_candidate_and_the_signal(tmp_path: Path) -> None:
     record = _paired(tmp_path, MATMUL_GOOD, SEGFAULT)
     assert record["status"] == "error" and record["paired"]["verdict"] == "error"

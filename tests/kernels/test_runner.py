@@ -130,6 +130,36 @@ def test_case_markers_name_each_case_before_it_runs(tmp_path: Path) -> None:
     assert person.returncode == 0 and "KW-CASE-START" not in person.stderr + person.stdout
 
 
+def test_the_worker_entry_lists_its_cases_before_the_first_starts(tmp_path: Path) -> None:
+    """``<case file>.plan`` names the pass's cases (suite, id, kernel, params), the skipped
+    ones left out: what the worker records as not reached when a suite timeout ends the
+    run (``worker/suite_process.unreached``)."""
+    out, noted = tmp_path / "r.jsonl", tmp_path / "current-case"
+    ran = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.kernels.runner", "--out", str(out), "--kernel",
+         "softmax", "--kernel", "rmsnorm", "--budget", "0.05", "--case-file", str(noted)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    plan = _records(tmp_path / "current-case.plan")
+    records = _records(out)
+    assert len(records) == 2
+    assert [(r["suite"], r["case_id"], r["kernel"], r["params"]) for r in plan] == [
+        (r["suite"], r["case_id"], r["kernel"], r["params"]) for r in records
+    ]
+    skipped = records[0]["case_id"]
+    again = subprocess.run(
+        [sys.executable, "-m", "kernelwatch.kernels.runner", "--out", str(tmp_path / "2.jsonl"),
+         "--kernel", "softmax", "--kernel", "rmsnorm", "--budget", "0.05",
+         "--case-file", str(noted), "--skip-case", skipped],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [r["case_id"] for r in _records(tmp_path / "current-case.plan")] == [
+        records[1]["case_id"]
+    ]
+
+
 def test_bench_exits_2_when_a_case_errored_but_the_worker_protocol_stays_0(
     tmp_path: Path, wrong_impl: str
 ) -> None:

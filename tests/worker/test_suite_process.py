@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwatch.kernels.record import ResultRecord, library_fields
+from kernelwatch.kernels.record import ResultRecord, case_id, library_fields
 from kernelwatch.worker import suite_process
 from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.suite_process import SuiteRequest, run_suite
@@ -226,3 +226,79 @@ def test_a_records_free_text_is_capped_so_its_line_is_read() -> None:
     line = record.to_json()
     assert len(line) < 10_000 and "more characters cut" in line
     assert ResultRecord.from_dict(json.loads(line)).error.startswith("RuntimeError: EEEE")
+
+
+# A runner that lists its cases beside the case file (``runner.note_plan``), with a line of
+# no known shape and a repeat among them, records the first, then hangs in the second.
+PLANNED_RUNNER = """
+import json, sys, time
+from kernelwatch.kernels.record import case_id
+out = sys.argv[sys.argv.index("--out") + 1]
+case_file = sys.argv[sys.argv.index("--case-file") + 1]
+def row(rows, cid=None):
+    params = {"rows": rows}
+    return {"suite": "basic", "case_id": cid or case_id("softmax", "fake", params),
+            "kernel": "softmax", "params": params}
+a, b = row(1), row(2)
+with open(case_file + ".plan", "w") as fh:
+    for line in [a, b, ["no", "shape"], row(3), a, row(4), row(5, cid="another-case")]:
+        fh.write(json.dumps(line) + "\\n")
+    fh.write("not json\\n")
+print("KW-CASE-START", a["case_id"], "softmax {}", file=sys.stderr, flush=True)
+with open(out, "a") as fh:
+    fh.write(json.dumps({"schema": 1, **a, "backend": "fake", "status": "pass"}) + "\\n")
+print("KW-CASE-START", b["case_id"], "softmax {}", file=sys.stderr, flush=True)
+time.sleep(600)
+"""
+
+
+def _planned(rows: int) -> str:
+    return case_id("softmax", "fake", {"rows": rows})
+
+
+def test_the_cases_a_suite_timeout_left_are_recorded_as_not_reached(tmp_path: Path) -> None:
+    """FlashInfer 0.6.0's suite on the H200 (2026-12-05) lost 48 of 204 cases to its
+    timeout without a word: each case of the runner's plan without a record is now a
+    ``skip`` that says why, and nothing else in the plan becomes a record."""
+    (tmp_path / "planned.py").write_text(PLANNED_RUNNER)
+    req = _request(tmp_path, "planned", case_timeout_s=60)
+    req.suite_timeout_s = 3
+    seen: list[str] = []
+    outcome = run_suite(req, on_record=lambda r: seen.append(r.case_id))
+    assert outcome.aborted.startswith("suite timed out after 3s")
+    by_id = {r.case_id: r for r in outcome.records}
+    a, b, c, d = (_planned(n) for n in (1, 2, 3, 4))
+    # the row filed under an id that is not its own ("another-case") is passed over
+    assert sorted(by_id) == sorted([a, b, c, d]) and sorted(seen) == sorted(by_id)
+    assert by_id[a].status == "pass"
+    assert by_id[b].status == "error" and "suite timed out" in by_id[b].error
+    for cid, rows in ((c, 3), (d, 4)):
+        r = by_id[cid]
+        assert r.status == "skip" and r.error == "not reached: suite timed out after 3s"
+        assert r.params == {"rows": rows} and r.library["name"] == "lib"
+
+
+def test_a_suite_that_ends_in_time_adds_nothing_from_its_plan(tmp_path: Path) -> None:
+    """The plan speaks only for a suite its timeout ended: a runner that listed more
+    cases than it ran and exited on its own (a crash between cases) keeps its records."""
+    runner = PLANNED_RUNNER.replace("time.sleep(600)", "sys.exit(0)")
+    (tmp_path / "planned_exit.py").write_text(runner)
+    outcome = run_suite(_request(tmp_path, "planned_exit", case_timeout_s=60))
+    assert {r.status for r in outcome.records} <= {"pass", "error"}
+    assert not any("not reached" in r.error for r in outcome.records)
+
+
+def test_a_plan_that_is_a_link_is_not_read(tmp_path: Path) -> None:
+    """The code under test writes the work folder: a plan swapped for a link to a host
+    file is read as nothing (``open_regular``)."""
+    req = _request(tmp_path, "unused", case_timeout_s=1)
+    req.workdir.mkdir(parents=True)
+    host = tmp_path / "host-secret"
+    x = case_id("k", "fake", {})
+    host.write_text(json.dumps({"suite": "s", "case_id": x, "kernel": "k", "params": {}}))
+    (req.workdir / "current-case.plan").symlink_to(host)
+    assert suite_process.unreached(req, set(), "why") == []
+    (req.workdir / "current-case.plan").unlink()
+    (req.workdir / "current-case.plan").write_text(host.read_text() + "\n")
+    (only,) = suite_process.unreached(req, set(), "why")
+    assert only.case_id == x and only.status == "skip" and only.error == "why"
