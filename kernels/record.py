@@ -537,6 +537,8 @@ class Price:
     measured, measured_s: the unpaired cases that recorded the wall time they held the
     card (``ResultRecord.cost["wall_s"]``: checked, and timed where correct; whatever
     their status but a skip, as a paired skip is not counted either) and those seconds.
+    unreached: cases a suite timeout ended the run before (a ``skip`` noted
+    ``verdict.NOTE_UNREACHED``, ``worker/suite_process.unreached``), paired or not.
     An unpaired run decides nothing by itself (its cases are compared with another
     run's), so its price is what it measured and what that cost.
     """
@@ -547,6 +549,7 @@ class Price:
     gpu_s: float = 0.0
     measured: int = 0
     measured_s: float = 0.0
+    unreached: int = 0
 
     @property
     def decided(self) -> int:
@@ -555,7 +558,7 @@ class Price:
     @property
     def counted(self) -> int:
         """Every case this price speaks of, paired or not: 0 says there is nothing to show."""
-        return self.cases + self.measured
+        return self.cases + self.measured + self.unreached
 
     def text(self, device_class: str = "") -> str:
         """``41 of 43 cases decided, 2 neutral; GPU time 1.2 min (1.7 s a case)`` for
@@ -574,6 +577,8 @@ class Price:
             n = self.measured
             what = f"{n} {'unpaired ' if self.cases else ''}case{'s' if n != 1 else ''} measured"
             parts.append(what + _held(self.measured_s, n, device_class))
+        if self.unreached:
+            parts.append(f"{self.unreached} not reached: suite timed out")
         return "; ".join(parts)
 
 
@@ -588,12 +593,17 @@ def _held(seconds: float, cases: int, device_class: str) -> str:
 def price_of(records: Iterable[Mapping[str, Any] | None]) -> Price:
     """The :class:`Price` of ``records``: their paired cases (``paired.gpu_s``) and their
     unpaired ones that recorded their wall time (``cost.wall_s``); others are not counted."""
-    from kernelwatch.kernels.verdict import SKIP_STATUS, CaseVerdict
+    from kernelwatch.kernels.verdict import NOTE_UNREACHED, SKIP_STATUS, CaseVerdict
 
-    cases = undecided = unmeasured = measured = 0
+    cases = undecided = unmeasured = measured = unreached = 0
     gpu_s = measured_s = 0.0
     for record in records:
         rec = record or {}
+        if rec.get("status") == SKIP_STATUS and str(rec.get("error") or "").startswith(
+            NOTE_UNREACHED
+        ):
+            unreached += 1
+            continue
         data = rec.get("paired")
         if data is None:
             cost = rec.get("cost")
@@ -609,7 +619,7 @@ def price_of(records: Iterable[Mapping[str, Any] | None]) -> Price:
             undecided += 1
             unmeasured += int(rec.get("status") == SKIP_STATUS)
         gpu_s += _seconds(data.get("gpu_s")) or 0.0
-    return Price(cases, undecided, unmeasured, gpu_s, measured, measured_s)
+    return Price(cases, undecided, unmeasured, gpu_s, measured, measured_s, unreached)
 
 
 def _seconds(value: Any) -> float | None:

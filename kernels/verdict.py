@@ -280,6 +280,9 @@ NOTE_STILL_BROKEN = "broken before this change too, its error no worse: not this
 NOTE_BASELINE_UNMEASURED = "baseline has no time for this case ({status}): nothing to compare with"
 NOTE_SKIPPED = "skipped"
 NOTE_UNMEASURED = "not measured: the run's GPU budget was spent"
+# a case the worker's suite timeout ended the run before (``suite_process.unreached``): a
+# ``skip`` whose error begins so, counted apart in a run's price
+NOTE_UNREACHED = "not reached: suite timed out"
 NOTE_TOO_FEW = "too few samples to compare"
 NOTE_NO_PAIRED_VERDICT = "the paired record carries no verdict"
 # an unpaired run's regression its re-measure in a fresh process did not repeat
@@ -662,6 +665,7 @@ __all__ = [
     "NOTE_SKIPPED",
     "NOTE_UNCONFIRMED",
     "NOTE_UNMEASURED",
+    "NOTE_UNREACHED",
     "PASS_STATUS",
     "PLUMBING_ONLY",
     "SKIP_STATUS",

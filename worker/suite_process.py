@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from kernelwatch.kernels.exits import describe_exit
 from kernelwatch.kernels.record import RecordError, ResultRecord, case_id, library_fields
 from kernelwatch.kernels.runner import CASE_MARKER, PLAN_SUFFIX
-from kernelwatch.kernels.verdict import SKIP_STATUS
+from kernelwatch.kernels.verdict import NOTE_UNREACHED, SKIP_STATUS
 from kernelwatch.worker.process import POLL_S, Supervised, open_regular, read_tail
 from kernelwatch.worker.sandbox import Sandbox
 from kernelwatch.worker.venvs import copy_jit_seed
@@ -95,7 +95,7 @@ def run_suite(
         if seeded is not None:
             shutil.rmtree(seeded, ignore_errors=True)
     if outcome.aborted and time.monotonic() >= deadline:
-        why = f"not reached: suite timed out after {req.suite_timeout_s:.0f}s"
+        why = f"{NOTE_UNREACHED} after {req.suite_timeout_s:.0f}s"
         for rec in unreached(req, {r.case_id for r in outcome.records}, why):
             outcome.records.append(rec)
             if on_record:

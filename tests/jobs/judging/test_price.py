@@ -20,7 +20,7 @@ from kernelwatch.jobs.github.reporter import status_text
 from kernelwatch.jobs.judging.report import format_run, run_summary
 from kernelwatch.jobs.judging.verdicts import commit_verdict, runs_of_commit
 from kernelwatch.kernels.record import Price, price_of
-from kernelwatch.kernels.verdict import NOTE_UNMEASURED, CaseVerdict, judge_case
+from kernelwatch.kernels.verdict import NOTE_UNMEASURED, NOTE_UNREACHED, CaseVerdict, judge_case
 
 SHA = "d" * 40
 
@@ -88,6 +88,23 @@ def test_an_unpaired_runs_price_counts_its_measured_cases_and_their_wall_seconds
         "1 of 1 cases decided; GPU time 3.0 s (3.0 s a case); "
         "2 unpaired cases measured; GPU time 3.0 s (1.5 s a case)"
     )
+
+
+def test_the_cases_a_suite_timeout_left_are_counted_apart() -> None:
+    """FlashInfer 0.6.0's suite on the H200 (2026-12-05) ran 156 of 204 cases before its
+    timeout: the price says how many were not reached, beside what was measured."""
+    left = {"status": "skip", "error": f"{NOTE_UNREACHED} after 422s", "cost": {"wall_s": 9}}
+    price = price_of([_unpaired("pass", 1.0), _unpaired("error", 2.0), left, left])
+    assert price == Price(measured=2, measured_s=3.0, unreached=2)
+    assert price.counted == 4
+    assert price.text() == (
+        "2 cases measured; GPU time 3.0 s (1.5 s a case); 2 not reached: suite timed out"
+    )
+    # a skip for any other reason stays uncounted, and nothing but a skip is unreached
+    other = {"status": "skip", "error": "the library has no such kernel"}
+    said = {"status": "pass", "error": NOTE_UNREACHED, "cost": {"wall_s": 1.0}}
+    assert price_of([other, said]) == Price(measured=1, measured_s=1.0)
+    assert price_of([left]).text() == "1 not reached: suite timed out"
 
 
 def test_forged_seconds_are_not_counted() -> None:
