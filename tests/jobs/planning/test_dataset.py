@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -75,15 +76,36 @@ def test_the_index_agrees_with_the_files_it_names() -> None:
     assert made_by_driver >= 7  # the bisection steps and the FA2 files of 2026-12-01
 
 
-def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'kw.db'}"
+@dataclass(frozen=True)
+class Imported:
+    """The whole dataset imported once into SQLite (a module's tests share it: the import
+    is the slowest part of this file), with what the import said."""
+
+    factory: sessionmaker[Session]
+    env: dict[str, str]
+    runs: list[dict[str, object]]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Imported:
+    tmp = tmp_path_factory.mktemp("dataset")
+    url = f"sqlite:///{tmp / 'kw.db'}"
     upgrade(url)
-    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp)}
     out = run_cli("import", str(MANIFEST), "--json", env=env)
     assert out.returncode == 0, out.stderr
-    rows = json.loads(out.stdout)["runs"]
-    assert [r["created"] for r in rows] == [True] * RUNS
-    factory = sessionmaker(bind=make_engine(url))
+    return Imported(sessionmaker(bind=make_engine(url)), env, json.loads(out.stdout)["runs"])
+
+
+@pytest.fixture(scope="module")
+def imported(dataset: Imported) -> sessionmaker[Session]:
+    """The imported dataset, for the tests that only read it."""
+    return dataset.factory
+
+
+def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(dataset: Imported) -> None:
+    factory, env = dataset.factory, dataset.env
+    assert [r["created"] for r in dataset.runs] == [True] * RUNS
     with factory() as s:
         runs = s.scalars(select(Run).order_by(Run.id)).all()
         assert len(runs) == RUNS and {r.trigger for r in runs} == {"import"}
@@ -168,17 +190,6 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(tmp_path: 
     assert [r["created"] for r in json.loads(again.stdout)["runs"]] == [False] * RUNS
     with factory() as s:
         assert len(s.scalars(select(Run)).all()) == RUNS
-
-
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory: pytest.TempPathFactory) -> sessionmaker[Session]:
-    """The whole dataset imported once into SQLite, for the tests that only read it."""
-    tmp = tmp_path_factory.mktemp("dataset")
-    url = f"sqlite:///{tmp / 'kw.db'}"
-    upgrade(url)
-    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp)}
-    assert run_cli("import", str(MANIFEST), "--json", env=env).returncode == 0
-    return sessionmaker(bind=make_engine(url))
 
 
 def test_the_bisection_steps_and_fa2_versions_import_with_their_verdicts(
