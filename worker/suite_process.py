@@ -86,6 +86,9 @@ def run_suite(
     req.workdir.mkdir(parents=True, exist_ok=True)
     out_path = req.workdir / "records.jsonl"
     out_path.unlink(missing_ok=True)
+    # a resumed run's plan goes; within the run, a pass killed before it listed its cases
+    # leaves the pass before's, a superset of them (``unreached`` skips what is recorded)
+    _plan_file(req).unlink(missing_ok=True)
     deadline = time.monotonic() + req.suite_timeout_s
     seeded = _seeded_cache(req)
     try:
@@ -252,7 +255,6 @@ def _one_pass(
         argv += ["--skip-case", cid]
     noted = _case_file(req)
     noted.unlink(missing_ok=True)  # a link planted there goes, not what it names
-    _plan_file(req).unlink(missing_ok=True)  # so is an earlier pass's plan
     argv += ["--case-file", str(noted), *req.extra_args]
     env = dict(req.env)
     if req.pythonpath:
