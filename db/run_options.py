@@ -252,16 +252,6 @@ class RunOptionsType(TypeDecorator[RunOptions]):
         return RunOptions.from_stored(value)
 
 
-__all__ = [
-    "MEASUREMENT",
-    "ConfigNote",
-    "GithubOrigin",
-    "ResolvedConfig",
-    "RunOptions",
-    "RunOptionsType",
-]
-
-
 def run_subject(options: RunOptions, commit_message: str | None) -> str:
     """What a run is about: its import's note, else its commit's message.
 
@@ -270,3 +260,14 @@ def run_subject(options: RunOptions, commit_message: str | None) -> str:
     2026-12-04, the whole suite on 2026-12-05) would both have read the first file's
     note."""
     return options.note or commit_message or ""
+
+
+__all__ = [
+    "MEASUREMENT",
+    "ConfigNote",
+    "GithubOrigin",
+    "ResolvedConfig",
+    "RunOptions",
+    "RunOptionsType",
+    "run_subject",
+]
