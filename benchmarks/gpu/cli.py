@@ -63,6 +63,7 @@ def commands() -> dict[str, ModuleType]:
         bisect,
         cards,
         cutlass_dsl,
+        fi_repro,
         fleet,
         gputests,
         host_gap,
@@ -82,7 +83,7 @@ def commands() -> dict[str, ModuleType]:
 
     mods = (
         prelude, gputests, measure, paired, states, suite_aa, power, libraries, bisect, fleet,
-        cards, host_gap,
+        cards, host_gap, fi_repro,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
         liger, liger_replay, service,
     )  # fmt: skip
