@@ -288,6 +288,9 @@ def test_beat_is_part_of_serve_and_of_every_deploy_file() -> None:
     assert "ExecStart=/opt/kernelwatch/venv/bin/kernelwatch beat $BEAT_ARGS" in unit
 
 
+# the crowd half of make test (it starts a worker and servers): the other half was the
+# longer one (1314 s against 1166 s on a 2-core machine, 2026-12-05)
+@pytest.mark.crowd
 @pytest.mark.slow
 def test_beat_on_the_embedded_broker_plans_a_release_run(tmp_path: Path) -> None:
     """``kernelwatch serve`` on one machine: beat on the filesystem broker and SQLite."""
