@@ -30,7 +30,7 @@ from kernelwatch.db.models import (
     Result,
     Run,
 )
-from kernelwatch.db.run_options import run_subject
+from kernelwatch.db.run_options import RunOptions, run_subject
 from kernelwatch.db.selftest import CardSelftest
 from kernelwatch.db.store import public_source
 from kernelwatch.db.triage import TriageEvent
@@ -223,7 +223,7 @@ def runs(
 ) -> pd.DataFrame:
     """Newest runs first, with repository, commit and queue/run durations."""
     q = (
-        select(*RUN_COLUMNS, Run.options)
+        select(*RUN_COLUMNS)
         .join(Repository, Run.repository_id == Repository.id)
         .outerjoin(Commit, Run.commit_id == Commit.id)
         .order_by(Run.id.desc())
@@ -237,17 +237,22 @@ def runs(
         q = q.where(Run.device_class == device_class)
     if triggers:
         q = q.where(Run.trigger.in_(list(triggers)))
-    df = _with_subjects(_with_durations(_frame(engine, q))).drop(columns=["options"])
+    df = _with_durations(_frame(engine, q))
+    if len(df):
+        notes = _import_options(engine, [int(i) for i in df["id"]])
+        df["message"] = [run_subject(notes[i], m) if i in notes else m
+                         for i, m in zip(df["id"], df["message"], strict=True)]  # fmt: skip
     df["moved"] = _moved_kernels(engine, [int(i) for i in df["id"]]) if len(df) else []
     return df
 
 
-def _with_subjects(df: pd.DataFrame) -> pd.DataFrame:
-    """``message``: each run's subject (an import's note, else its commit's message)."""
-    if len(df):
-        df["message"] = [run_subject(o, m) for o, m in zip(df["options"], df["message"],
-                                                               strict=True)]  # fmt: skip
-    return df
+def _import_options(engine: Engine, run_ids: list[int]) -> dict[int, RunOptions]:
+    """The options of the imported runs among ``run_ids``: only an import has a note
+    (``run_subject``), and only its options are read; a worker's run carries its runner's
+    log tail there, which the run list does not need."""
+    q = select(Run.id, Run.options).where(Run.id.in_(run_ids), Run.trigger == "import")
+    with engine.connect() as conn:
+        return {int(i): o for i, o in conn.execute(q).all()}
 
 
 # Case verdicts a run list names ("softmax regression"): what someone opens the run for.
@@ -299,10 +304,11 @@ def run_detail(engine: Engine, run_id: int) -> dict[str, Any] | None:
         .outerjoin(Commit, Run.commit_id == Commit.id)
         .where(Run.id == run_id)
     )
-    df = _with_subjects(_with_durations(_frame(engine, q)))
+    df = _with_durations(_frame(engine, q))
     if df.empty:
         return None
     row: dict[str, Any] = df.iloc[0].to_dict()
+    row["message"] = run_subject(row["options"], row["message"])
     row["source"] = public_source(str(row["source"]))  # a URL's token stays on the server
     return row
 

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 import pandas as pd
-from sqlalchemy import update
+from sqlalchemy import Engine, update
 
 from kernelwatch.dashboard import charts, fmt, nav, page_regressions, queries
 from kernelwatch.db.models import Run
@@ -61,15 +61,17 @@ def test_an_unknown_page_is_an_error_not_a_silent_runs_page(db: tuple[str, Histo
     assert any("no page 'nope'" in e for e in errors), errors
 
 
+def _set_run(engine: Engine, run_id: int, **values: object) -> None:
+    """Columns of one run of the history, set as a later stage of the service would."""
+    with engine.begin() as conn:
+        conn.execute(update(Run).where(Run.id == run_id).values(**values))
+
+
 def test_repro_command_names_module_kernel_commit_and_baseline(db: tuple[str, History]) -> None:
     url, h = db
     engine = make_engine(url)
-    with engine.begin() as conn:
-        conn.execute(
-            update(Run)
-            .where(Run.id == h.run_ids[2])
-            .values(options={"config": {"module": "fa_mini", "suites": ["attention"]}})
-        )
+    config = {"config": {"module": "fa_mini", "suites": ["attention"]}}
+    _set_run(engine, h.run_ids[2], options=config)
     df = queries.regressions(engine, ("open", "triaged", "expected", "fixed", "wontfix"))
     row = df[df["id"] == h.regression_id].iloc[0].to_dict()
     code = page_regressions.repro_commands(row)
@@ -98,12 +100,8 @@ def test_an_imported_runs_note_is_its_subject_in_the_list_and_the_run_view(
     each run reads its own note; a run without one keeps its commit's message."""
     url, h = db
     engine = make_engine(url)
-    with engine.begin() as conn:
-        conn.execute(
-            update(Run)
-            .where(Run.id == h.run_ids[1])
-            .values(options={"imported_from": "suite.jsonl", "note": "the whole suite"})
-        )
+    note = {"imported_from": "suite.jsonl", "note": "the whole suite"}
+    _set_run(engine, h.run_ids[1], options=note, trigger="import")
     df = queries.runs(engine)
     subject = dict(zip(df["id"], df["message"], strict=True))
     assert subject[h.run_ids[1]] == "the whole suite"
