@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -414,9 +415,7 @@ def flashinfer_suites(
                  if r.status == "pass" and r.timing and (b := before.get(r.case_id)) is not None
                  and b.timing]  # fmt: skip
         ratios = sorted(t1 / t0 for t0, t1 in pairs)
-        ends: dict[str, int] = {}
-        for r in recs:
-            ends[r.status] = ends.get(r.status, 0) + 1
+        ends = Counter(r.status for r in recs)
         rows.append([str(group), "16-bit" if kv in ("bfloat16", "float16") else kv,
                      f"{batch} x {length}", str(len(recs)),
                      _span(sorted(t0 for t0, _ in pairs), _us),

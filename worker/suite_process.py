@@ -124,6 +124,7 @@ def unreached(req: SuiteRequest, recorded: set[str], why: str) -> list[ResultRec
     except OSError:
         return []
     seen, out = set(recorded), []
+    backend, library = _backend(req), library_fields(req.library)
     for line in text.splitlines():
         try:
             row = json.loads(line)
@@ -135,7 +136,6 @@ def unreached(req: SuiteRequest, recorded: set[str], why: str) -> list[ResultRec
         if not (isinstance(suite, str) and isinstance(cid, str) and isinstance(kernel, str)
                 and isinstance(params, dict)) or cid in seen:  # fmt: skip
             continue
-        backend = req.backend or req.impl or ""
         try:
             if cid != case_id(kernel, backend, params):
                 continue
@@ -144,7 +144,7 @@ def unreached(req: SuiteRequest, recorded: set[str], why: str) -> list[ResultRec
         seen.add(cid)
         record = ResultRecord.for_case(suite, cid, kernel, backend, params)
         record.status = SKIP_STATUS
-        record.library = library_fields(req.library)
+        record.library = library
         record.error = why
         out.append(record)
         if len(out) >= UNREACHED_MAX:
@@ -502,13 +502,18 @@ def _error_record(
     except json.JSONDecodeError:
         parsed = {}
     suite = req.suites[0] if req.suites else ""
-    backend = req.backend or req.impl or ""
     params_ = parsed if isinstance(parsed, dict) else {}
-    record = ResultRecord.for_case(suite, cid, kernel, backend, params_)
+    record = ResultRecord.for_case(suite, cid, kernel, _backend(req), params_)
     record.library = library_fields(req.library)
     record.error = why
     record.log_tail = _tail(log, 4000)
     return record
+
+
+def _backend(req: SuiteRequest) -> str:
+    """The backend label the runner files its cases under (its ``--backend``, else
+    ``--impl``), so the worker's own records hash to the same case ids."""
+    return req.backend or req.impl or ""
 
 
 def _tail(text: str, n: int) -> str:

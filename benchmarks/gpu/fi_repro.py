@@ -15,7 +15,6 @@ table shows the findings side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,19 +59,9 @@ def carried_versions() -> list[str]:
 
 
 def findings(log: Path) -> list[dict[str, Any]]:
-    """The JSON objects the script printed, one per line, in order; other lines pass."""
-    if not log.is_file():  # a step the deadline left no time for wrote no log
-        return []
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                out.append(row)
-    return out
+    """The JSON objects the script printed, in order (``host.read_jsonl``: other lines,
+    and a log the deadline left unwritten, pass)."""
+    return [row for row in host.read_jsonl(log) if isinstance(row, dict)]
 
 
 def table(results: list[dict[str, Any]]) -> list[str]:
