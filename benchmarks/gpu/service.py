@@ -40,9 +40,11 @@ Issue 26: on the offline H200 host, in one call, what a GPU host of the fleet ru
 5. the worker and Redis stopped, the database dumped: ``service.json`` holds every run
    (status, verdict, per-case median, ratio, interval, error, build log tail, GPU
    seconds; an unpaired run's median case breakdown, ``case_costs``, which the table
-   prints under the run's line) and ``service-records.jsonl`` every record, which
-   ``dataset-runs.toml`` indexes as ``[[run]]`` rows for ``docs/data/h200-dataset.toml``
-   (card, date, command).
+   prints under the run's line) and ``service-records.jsonl`` every record; each run's
+   records, without the dump's ``run`` key, also go gzipped into the logs' archive,
+   ``logs/service/dataset/<library>-run<id>.jsonl.gz``, which ``dataset-runs.toml`` indexes as
+   ``[[run]]`` rows for ``docs/data/h200-dataset.toml`` (card, date, command): copy the
+   folder to ``docs/data/service-h200-<date>/`` and paste the rows.
 
 ``--cpu`` runs the same path here: the real bubblewrap sandbox, Redis and SQLite, the
 runs on the CPU queue (SDPA's math backend; the other backends and FlashInfer record
@@ -56,6 +58,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import gzip
 import json
 import os
 import shlex
@@ -65,6 +68,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -523,34 +527,64 @@ def case_costs(records: list[dict[str, Any]], run_id: int) -> dict[str, Any]:
     return {"cases": len(costs), "wall_s": round(total, 1), "median": median_breakdown(costs, keys)}
 
 
-def dataset_rows(records: list[dict[str, Any]], planned: list[dict[str, Any]],
-                 command: str) -> str:  # fmt: skip
-    """``[[run]]`` rows for ``docs/data/h200-dataset.toml``, one per run with records."""
+Dumped = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]  # plan, run, records
+
+
+def _dumped_with_records(records: list[dict[str, Any]],
+                         planned: list[dict[str, Any]]) -> Iterator[Dumped]:  # fmt: skip
+    """Each dumped run that has records, with its plan and its records (the dump's order)."""
     by_run: dict[int, list[dict[str, Any]]] = {}
     for r in records:
         by_run.setdefault(int(r["run"]), []).append(r)
-    lines = []
     for plan in planned:
         for run in plan.get("dumped", []):
-            recs = by_run.get(int(run["id"]), [])
-            cards = sorted({str((r.get("device") or {}).get("uuid")) for r in recs} - {"None"})
-            lines += [
-                "[[run]]",
-                f'file = "service-h200-<date>/{plan["library"]}-run{run["id"]}.jsonl"',
-                f'repo = "{run["repository"]}"',
-                f'commit = "{run["commit"]}"',
-            ]
-            if run.get("baseline"):
-                lines.append(f'parent = "{run["baseline"]}"')
-            lines += [
-                f'device_class = "{run["device_class"]}"',
-                f'card = "{cards[0] if cards else "unknown"}"',
-                f"measured = {str(run.get('started') or '')[:19]}Z",
-                f"command = {json.dumps(command)}",  # a TOML basic string, quotes escaped
-                f'note = "{plan["library"]} through a sandboxed worker: {run["status"]}, '
-                f'verdict {run["verdict"]}"',
-                "",
-            ]
+            if by_run.get(int(run["id"])):
+                yield plan, run, by_run[int(run["id"])]
+
+
+def dataset_file(library: str, run_id: int) -> str:
+    """A run's record file in the dataset: gzipped, as every GPU call copies the tree."""
+    return f"{library}-run{run_id}.jsonl.gz"
+
+
+def write_dataset_files(records: list[dict[str, Any]], planned: list[dict[str, Any]],
+                        folder: Path) -> list[str]:  # fmt: skip
+    """Each dumped run's records into ``folder`` as ``kernelwatch import`` reads them:
+    one file a run, the dump's ``run`` key dropped (not a record field), gzipped with no
+    timestamp in the header (the same records make the same bytes)."""
+    written = []
+    for plan, run, recs in _dumped_with_records(records, planned):
+        lines = "".join(json.dumps({k: v for k, v in r.items() if k != "run"}) + "\n" for r in recs)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = dataset_file(plan["library"], int(run["id"]))
+        (folder / name).write_bytes(gzip.compress(lines.encode(), mtime=0))
+        written.append(name)
+    return written
+
+
+def dataset_rows(records: list[dict[str, Any]], planned: list[dict[str, Any]],
+                 command: str) -> str:  # fmt: skip
+    """``[[run]]`` rows for ``docs/data/h200-dataset.toml``, one per run with records."""
+    lines = []
+    for plan, run, recs in _dumped_with_records(records, planned):
+        cards = sorted({str((r.get("device") or {}).get("uuid")) for r in recs} - {"None"})
+        lines += [
+            "[[run]]",
+            f'file = "service-h200-<date>/{dataset_file(plan["library"], int(run["id"]))}"',
+            f'repo = "{run["repository"]}"',
+            f'commit = "{run["commit"]}"',
+        ]
+        if run.get("baseline"):
+            lines.append(f'parent = "{run["baseline"]}"')
+        lines += [
+            f'device_class = "{run["device_class"]}"',
+            f'card = "{cards[0] if cards else "unknown"}"',
+            f"measured = {str(run.get('started') or '')[:19]}Z",
+            f"command = {json.dumps(command)}",  # a TOML basic string, quotes escaped
+            f'note = "{plan["library"]} through a sandboxed worker: {run["status"]}, '
+            f'verdict {run["verdict"]}"',
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -608,6 +642,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         # as a shell would take it back: a --case glob quoted, not expanded
         command = "python -m benchmarks.gpu " + shlex.join(sys.argv[1:])
         (ctx.logs / "dataset-runs.toml").write_text(dataset_rows(recs, planned, command))
+        # in the logs' archive: a device call brings back at most 8 files from $OUT
+        result["dataset_files"] = write_dataset_files(recs, planned, ctx.logs / "dataset")
         for p in planned:
             if p["library"] == "liger" and p.get("dumped"):
                 merged = liger.merged(p["commits"], p["dumped"])

@@ -5,11 +5,14 @@ For GPU hosts that cannot reach the database (air-gapped clusters run
 dataset measured on the H200 (``docs/data/``), which a machine without a GPU
 can load to browse real numbers in the dashboard. Records are validated
 against the result schema before anything is written; the run is judged
-against ``--parent``'s run like any other.
+against ``--parent``'s run like any other. A file whose name ends in ``.gz`` is
+read through gzip (the committed dataset keeps its larger record files so, which
+keeps every GPU call's copy of the tree small).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,12 +44,20 @@ class ImportRequest:
     measured_at: datetime | None = None
 
 
+def record_lines(path: Path) -> list[str]:
+    """The lines of a JSON-lines file, gunzipped when its name ends in ``.gz``."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                return f.read().splitlines()
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, EOFError, ValueError) as exc:  # a truncated gzip is an EOFError
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+
+
 def read_records(path: Path) -> list[ResultRecord]:
     """The records of a JSON-lines file, each checked against the result schema."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    lines = record_lines(path)
     records = []
     seen: dict[str, int] = {}
     for number, line in enumerate(lines, 1):

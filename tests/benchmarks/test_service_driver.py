@@ -15,14 +15,17 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from benchmarks.gpu import debs, host, service
+from kernelwatch.jobs.planning.importer import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "docs" / "data" / "bench-h200-2026-11-29.jsonl"  # H200 records, one a line
 
 
 def test_a_wrapper_runs_the_carried_program_with_the_systems_libraries_first(
@@ -116,7 +119,26 @@ def test_the_dataset_rows_index_each_run_with_its_card_date_and_command() -> Non
     assert row["card"] == "GPU-1234" and row["parent"] == "a" * 40
     assert row["command"] == command  # its quotes kept, a glob as the shell took it
     assert str(row["measured"]).startswith("2026-12-03 10:11:12")
-    assert row["file"] == "service-h200-2026-12-03/liger-run7.jsonl"
+    assert row["file"] == "service-h200-2026-12-03/liger-run7.jsonl.gz"
+
+
+def test_each_run_with_records_is_written_as_the_import_reads_it(tmp_path: Path) -> None:
+    planned = [{"library": "flashinfer", "dumped": [
+        {"id": 3, "repository": "flashinfer", "commit": "0.6.0", "device_class": "h200",
+         "started": "2026-12-05T19:09:57", "status": "succeeded", "verdict": "fail"},
+        {"id": 4, "repository": "flashinfer", "commit": "0.6.1", "device_class": "h200",
+         "started": None, "status": "failed", "verdict": "error"}]}]  # fmt: skip
+    record = json.loads(RECORD.read_text().splitlines()[0])
+    records = [{**record, "run": 3}, {**record, "case_id": "other", "run": 3}]
+    folder = tmp_path / "dataset"
+    assert service.write_dataset_files(records, planned, folder) == ["flashinfer-run3.jsonl.gz"]
+    read = read_records(folder / "flashinfer-run3.jsonl.gz")  # what `kernelwatch import` reads
+    assert [r.case_id for r in read] == [record["case_id"], "other"]
+    first = (folder / "flashinfer-run3.jsonl.gz").read_bytes()
+    service.write_dataset_files(records, planned, folder)
+    assert (folder / "flashinfer-run3.jsonl.gz").read_bytes() == first  # no timestamp inside
+    rows = tomllib.loads(service.dataset_rows(records, planned, "c").replace("<date>", "d"))
+    assert [r["file"] for r in rows["run"]] == ["service-h200-d/flashinfer-run3.jsonl.gz"]
 
 
 @pytest.mark.slow
@@ -156,6 +178,13 @@ def test_the_device_command_runs_sdpa_through_a_sandboxed_worker_on_the_cpu(
     assert ran and all(r["cost"]["wall_s"] > 0 for r in ran)
     assert run["case_costs"]["cases"] == len(ran)
     assert "     median a case: wall " in done.stdout
+    # the run's records travel in the logs' archive as the dataset commits them
+    name = f"logs/service/dataset/sdpa-math-run{run['id']}.jsonl.gz"
+    assert result["dataset_files"] == [name.rsplit("/", 1)[1]]
+    with tarfile.open(out / "logs.tgz") as tar:
+        tar.extract(name, tmp_path / "back", filter="data")
+    back = read_records(tmp_path / "back" / name)
+    assert [r.case_id for r in back] == [r["case_id"] for r in records]
 
 
 def test_a_run_cut_by_the_deadline_leaves_its_suite_logs_tail(tmp_path: Path) -> None:

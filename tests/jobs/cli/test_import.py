@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Commit, Repository, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
+from kernelwatch.jobs.planning.importer import read_records
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[3] / "docs" / "data"
@@ -56,6 +58,24 @@ def test_a_file_that_is_not_records_is_refused_with_its_line(tmp_path: Path) -> 
                   env=env)  # fmt: skip
     assert out.returncode != 0
     assert "bad.jsonl:1: not a result record" in out.stderr
+
+
+def test_gzipped_records_import_and_a_truncated_gzip_is_refused_by_name(tmp_path: Path) -> None:
+    whole = gzip.compress(RUN1.read_bytes(), mtime=0)
+    (tmp_path / "run1.jsonl.gz").write_bytes(whole)
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    assert [r.case_id for r in read_records(tmp_path / "run1.jsonl.gz")] == [
+        r.case_id for r in read_records(RUN1)
+    ]
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    out = run_cli("import", str(tmp_path / "cut.jsonl.gz"), "--repo", "x", "--commit", "c",
+                  "--device-class", "h200", env=env)  # fmt: skip
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "cannot read" in out.stderr and "cut.jsonl.gz" in out.stderr
+    with Session(make_engine(url)) as s:
+        assert s.scalars(select(Run)).all() == []  # nothing half-stored
 
 
 def test_a_file_with_a_case_twice_is_two_runs_and_refused(tmp_path: Path) -> None:
