@@ -17,7 +17,6 @@ recorded; the ratios are the records' own).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwatch.jobs.planning.dataset import DatasetRun, Manifest, load_manifest
+from kernelwatch.jobs.planning.importer import read_records
 from kernelwatch.kernels.record import PairedSection, ResultRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +53,7 @@ def load(manifest_path: Path = MANIFEST) -> Dataset:
     manifest = load_manifest(manifest_path)
     records = {}
     for row in manifest.run:
-        lines = (manifest_path.parent / row.file).read_text(encoding="utf-8").splitlines()
-        records[row.file] = [ResultRecord.from_dict(json.loads(x)) for x in lines if x.strip()]
+        records[row.file] = read_records(manifest_path.parent / row.file)
     return Dataset(manifest, records)
 
 
@@ -268,9 +267,9 @@ LIGER_PREFIX = "service-h200-2026-12-02/liger-run"
 
 
 def _numbered(data: Dataset, prefix: str) -> list[str]:
-    """The dataset's files ``<prefix><n>.jsonl``, by ``n``."""
+    """The dataset's files ``<prefix><n>.jsonl`` (or ``.jsonl.gz``), by ``n``."""
     files = (f for f in data.records if f.startswith(prefix))
-    return sorted(files, key=lambda f: int(f.removeprefix(prefix).removesuffix(".jsonl")))
+    return sorted(files, key=lambda f: int(f.removeprefix(prefix).split(".", 1)[0]))
 
 
 def _upstream(data: Dataset, sha: str) -> str:
@@ -318,7 +317,7 @@ def liger_paired(data: Dataset, prefix: str = LIGER_PAIRED_PREFIX) -> str:
 
 
 def sdpa_reference(
-    data: Dataset, file: str = "service-h200-2026-12-02/sdpa-flash-run9.jsonl"
+    data: Dataset, file: str = "service-h200-2026-12-02/sdpa-flash-run9.jsonl.gz"
 ) -> str:
     """A PyTorch SDPA backend through the sandboxed worker, the reference row: per
     kernel and mask, how many cases ran, their time range and TFLOP/s range."""
@@ -343,7 +342,7 @@ def sdpa_reference(
 
 
 def flashinfer_reference(
-    data: Dataset, file: str = "service-h200-2026-12-04/flashinfer-run1.jsonl"
+    data: Dataset, file: str = "service-h200-2026-12-04/flashinfer-run1.jsonl.gz"
 ) -> str:
     """FlashInfer's decode suite through the sandboxed worker: per kernel and the query's
     and KV cache's dtypes, how many cases passed, their time range and bandwidth range
@@ -395,8 +394,8 @@ def flashinfer_versions(
 
 def flashinfer_suites(
     data: Dataset,
-    old: str = "service-h200-2026-12-04/flashinfer-run1.jsonl",
-    new: str = "service-h200-2026-12-05/flashinfer-0.6.0-run1.jsonl",
+    old: str = "service-h200-2026-12-04/flashinfer-run1.jsonl.gz",
+    new: str = "service-h200-2026-12-05/flashinfer-0.6.0-run1.jsonl.gz",
 ) -> str:
     """FlashInfer 0.6.0's whole decode suite beside 0.5.3's, two cards: per GQA group
     (query heads per KV head: above 4 the adapter asks for tensor cores, as FlashInfer
@@ -432,10 +431,10 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
     "liger-paired": liger_paired,
     "sdpa-reference": sdpa_reference,
     "sdpa-cudnn": lambda data: sdpa_reference(
-        data, "service-h200-2026-12-03/sdpa-cudnn-run4.jsonl"
+        data, "service-h200-2026-12-03/sdpa-cudnn-run4.jsonl.gz"
     ),
     "sdpa-efficient": lambda data: sdpa_reference(
-        data, "service-h200-2026-12-03/sdpa-efficient-run9.jsonl"
+        data, "service-h200-2026-12-03/sdpa-efficient-run9.jsonl.gz"
     ),
     "flashinfer-reference": flashinfer_reference,
     "flashinfer-versions": flashinfer_versions,

@@ -15,6 +15,7 @@ from kernelwatch.db.models import Commit, Repository, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.jobs.errors import ConfigError
 from kernelwatch.jobs.planning.dataset import check_cards, load_manifest
+from kernelwatch.jobs.planning.importer import record_lines
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[3] / "docs" / "data"
@@ -28,13 +29,39 @@ RUNS = 33
 
 
 def _record_files() -> set[str]:
-    """Every JSON-lines file under docs/data whose lines are result records (schema 1)."""
+    """Every JSON-lines file under docs/data whose lines are result records (schema 1),
+    but the H100's (``h100-*/``: this is the H200's manifest; README says why they stay)."""
     found = set()
-    for path in DATA.rglob("*.jsonl"):
-        first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    for path in [*DATA.rglob("*.jsonl"), *DATA.rglob("*.jsonl.gz")]:
+        if path.relative_to(DATA).parts[0].startswith("h100-"):
+            continue
+        first = json.loads(record_lines(path)[0])
         if isinstance(first, dict) and "schema" in first and "case_id" in first:
             found.add(str(path.relative_to(DATA)))
     return found
+
+
+# the plain record files that README examples, test_import and benchmarks/fleet.py read
+PLAIN_BY_NAME = {"bench-h200-2026-11-29.jsonl", "bench-h200-2026-11-29-run5.jsonl"}
+PLAIN_LIMIT = 64 * 1024
+
+
+def test_the_larger_raw_files_are_gzipped_so_every_gpu_call_carries_the_tree() -> None:
+    """A device call copies the whole working tree within its 64 MiB; uncompressed, this
+    folder had grown to 26 MB and left the CuTe DSL wheel no room. JSON over 64 KiB is
+    committed gzipped (``zcat``; ``kernelwatch import`` reads ``.jsonl.gz``), except the
+    named plain files and the driver's own outputs beside a manifest row's records
+    (which this module reads for their command and date)."""
+    row_dirs = {(DATA / r.file).parent for r in load_manifest(MANIFEST).run}
+    too_big = [
+        str(p.relative_to(DATA))
+        for p in DATA.rglob("*")
+        if p.suffix in (".json", ".jsonl")
+        and p.stat().st_size > PLAIN_LIMIT
+        and p.name not in PLAIN_BY_NAME
+        and not (p.suffix == ".json" and p.parent in row_dirs)
+    ]
+    assert too_big == [], "gzip -9n these (and point their references at .gz)"
 
 
 def test_every_committed_record_file_is_in_the_manifest() -> None:
