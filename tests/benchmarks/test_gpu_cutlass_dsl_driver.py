@@ -134,6 +134,33 @@ def test_the_carried_wheel_installs_offline_and_its_packages_import(
     assert not host.importable("cutlass.cute", str(target))  # --target skips the .pth
 
 
+def test_the_lzma_repacked_wheel_keeps_its_files_and_modes_and_still_installs(
+    cutlass_repo: Path, tmp_path: Path
+) -> None:
+    dest = tmp_path / ".dsl"
+    prep.copy_example(cutlass_repo, "v4.3.5", dest)
+    wheel = _fake_wheel(dest, "4.3.5")
+    library = "nvidia_cutlass_dsl/lib/libstandin.so"
+    with zipfile.ZipFile(wheel, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        member = zipfile.ZipInfo(library, (2026, 1, 7, 3, 17, 0))
+        member.external_attr = 0o100755 << 16  # an executable, as the DSL's MLIR library is
+        z.writestr(member, b"\x7fELF" + bytes(range(256)) * 4000, zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(wheel) as z:
+        published = {i.filename: (z.read(i), i.external_attr) for i in z.infolist()}
+    size = wheel.stat().st_size
+    before, after = prep.repack_lzma(wheel)
+    assert before == size and after == wheel.stat().st_size
+    with zipfile.ZipFile(wheel) as z:
+        assert {i.filename: (z.read(i), i.external_attr) for i in z.infolist()} == published
+        assert {i.compress_type for i in z.infolist() if i.file_size} == {zipfile.ZIP_LZMA}
+    assert prep.repack_lzma(wheel) == (after, after)  # already repacked: left alone
+    paths, info = cutlass_dsl.install(_ctx(tmp_path, cpu=False), dest, site=tmp_path / "site")
+    installed = tmp_path / "site" / "dsl-4.3.5" / library
+    assert info["version"] == "4.3.5" and installed.read_bytes() == published[library][0]
+    assert os.access(installed, os.X_OK)
+    assert host.importable("cutlass.cute", os.pathsep.join(paths))
+
+
 def test_cpu_mode_runs_every_step_and_says_why_the_dsl_did_not(
     cutlass_repo: Path, tmp_path: Path
 ) -> None:
