@@ -182,8 +182,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         raise RuntimeError(problem)
     wheels = []
     for wheel in sorted(dest.glob(WHEEL_GLOB)):
-        published, repacked = repack_lzma(wheel)
-        wheels.append({"name": wheel.name, "bytes": repacked, "published_bytes": published})
+        before, after = repack_lzma(wheel)
+        wheels.append({"name": wheel.name, "bytes": after, "repacked_from": before})
     carried = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     tree = tree_bytes()
     result = {"source": source, "wheels": wheels, "carry_bytes": carried, "tree_bytes": tree}
@@ -193,8 +193,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         f"CUTLASS {args.ref} {source['commit'][:8]}: {UPSTREAM} -> {dest / EXAMPLES / PACKAGE}"
     ]
     table += [
-        f"wheel {w['name']}: {w['bytes'] / mib:.1f} MiB (published {w['published_bytes'] / mib:.1f}"
-        ", members recompressed with LZMA)"
+        f"wheel {w['name']}: {w['bytes'] / mib:.1f} MiB, members LZMA-compressed"
+        + (f" (was {w['repacked_from'] / mib:.1f})" if w["repacked_from"] != w["bytes"] else "")
         for w in wheels
     ] or [f"no {DIST} wheel in {dest}: run again with --download-wheel"]
     table.append(
