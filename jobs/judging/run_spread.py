@@ -55,7 +55,6 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-from scipy.stats import norm
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -126,7 +125,7 @@ def widen(interval: Interval, sd: float, level: float = CONFIDENCE) -> Interval:
     ratio, low, high = interval
     if sd <= 0 or not (ratio > 0 and low > 0 and high > 0):
         return interval
-    extra = float(norm.ppf(0.5 + level / 2)) * math.sqrt(2) * sd
+    extra = statistics.NormalDist().inv_cdf(0.5 + level / 2) * math.sqrt(2) * sd
     below = math.hypot(math.log(ratio / low), extra) if low <= ratio else extra
     above = math.hypot(math.log(high / ratio), extra) if high >= ratio else extra
     return ratio, ratio * math.exp(-below), ratio * math.exp(above)
