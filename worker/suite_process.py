@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kernelwatch.kernels.exits import describe_exit
-from kernelwatch.kernels.record import RecordError, ResultRecord, case_id, library_fields
+from kernelwatch.kernels.record import (
+    COST_DIGITS,
+    RecordError,
+    ResultRecord,
+    case_id,
+    library_fields,
+)
 from kernelwatch.kernels.runner import CASE_MARKER, PLAN_SUFFIX
 from kernelwatch.kernels.verdict import NOTE_UNREACHED, SKIP_STATUS
 from kernelwatch.worker.process import POLL_S, Supervised, open_regular, read_tail
@@ -174,7 +180,7 @@ def _passes(
     logs: list[str] = []
     for attempt in range(MAX_RESTARTS):
         log_path = req.workdir / f"runner-{attempt}.log"
-        code, current, why, blamed = _one_pass(req, out_path, log_path, skip, deadline)
+        code, current, why, blamed, case_s = _one_pass(req, out_path, log_path, skip, deadline)
         log_text = read_tail(log_path, LOG_TAIL_BYTES)
         logs.append(log_text)
         read, unread = _read_records(out_path, req)
@@ -190,7 +196,7 @@ def _passes(
             # unended output): the runner noted the case in its file too
             noted = _noted_case(_case_file(req))
             if noted is not None and noted[0] not in records:
-                current = noted
+                current, case_s = noted, None  # when it began is not known
         if code == 0 and not why:
             if current is None or current[0] in records:
                 return SuiteOutcome(list(records.values()), _join(logs), aborted=unread)
@@ -209,6 +215,10 @@ def _passes(
         rec = _error_record(
             req, cid, kernel, params, why or f"runner {describe_exit(code)}", log_text
         )
+        if case_s is not None:
+            # what the case held the GPU for before it crashed or was killed: a run's
+            # price counts it like any case's wall time (``record.Price``)
+            rec.cost = {"wall_s": round(case_s, COST_DIGITS)}
         records[cid] = rec
         if on_record:
             on_record(rec)
@@ -225,12 +235,14 @@ def _passes(
 class PassEnd(NamedTuple):
     """How one runner pass ended: its exit code, the case it was in, and why it was
     stopped; ``blamed`` where the case caused the stop whether or not it got to write
-    its record (a log flood), so the error stands in place of that record."""
+    its record (a log flood), so the error stands in place of that record; ``case_s``
+    the seconds from the case's marker to the pass's end, where that is known."""
 
     code: int
     current: tuple[str, str, str] | None
     why: str
     blamed: bool = False
+    case_s: float | None = None
 
 
 def _one_pass(
@@ -321,8 +333,9 @@ def _one_pass(
                 break
             time.sleep(POLL_S)
         code = child.finish()
-        while marker:  # markers the pump read after the last poll
+        while marker:  # markers the pump read after the last poll: begun since it
             current = marker.pop(0)
+            started = time.monotonic()
         if child.sink.capped:
             # the case that was printing when the log passed the cap, not the one the
             # polls last saw: the flood, its record and later cases may all have
@@ -335,7 +348,7 @@ def _one_pass(
             why = f"{child.stopped}; runner killed"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return PassEnd(code, current, why)
+    return PassEnd(code, current, why, case_s=time.monotonic() - started if current else None)
 
 
 def _case_file(req: SuiteRequest) -> Path:

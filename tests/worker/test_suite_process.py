@@ -82,6 +82,26 @@ def test_records_of_another_schema_or_no_shape_become_error_results(tmp_path: Pa
     assert ResultRecord.from_dict(json.loads(dies.to_json())) == dies
 
 
+# A runner whose one case hangs: the worker kills it at the case timeout.
+HANGING_RUNNER = """
+import sys, time
+print("KW-CASE-START hangs softmax {}", file=sys.stderr, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_or_crashed_case_is_charged_the_seconds_it_held_the_gpu(tmp_path: Path) -> None:
+    (tmp_path / "hanging.py").write_text(HANGING_RUNNER)
+    outcome = run_suite(_request(tmp_path, "hanging", 1.5))
+    (hung,) = outcome.records
+    assert hung.status == "error" and "case timed out after 2s" in hung.error
+    assert 1.5 <= hung.cost["wall_s"] < 30  # killed at its timeout, not at the sleep's end
+    (tmp_path / "fake_runner.py").write_text(FAKE_RUNNER)
+    crashed = {r.case_id: r for r in run_suite(_request(tmp_path, "fake_runner", 60)).records}
+    assert 0 <= crashed["dies"].cost["wall_s"] < 30
+    assert crashed["good"].cost == {}  # its own record, as the runner wrote it
+
+
 # A runner whose last case is recorded, then spends longer than the case timeout
 # closing down (the paired mode reaping side processes that are still importing torch).
 SLOW_EXIT_RUNNER = """
