@@ -122,18 +122,22 @@ def _headline(verdict: CommitVerdict) -> str:
         for key, n in c.counts.items():
             totals[key] = totals.get(key, 0) + n
     overall = verdict.overall
+    bad = [
+        f"{totals[k]} {k}" + ("s" if k == CaseVerdict.REGRESSION and totals[k] > 1 else "")
+        for k in ORDER
+        if k in BLOCKING and totals.get(k)
+    ]
     if overall == RunVerdict.FAIL:
-        bad = [
-            f"{totals[k]} {k}" + ("s" if k == CaseVerdict.REGRESSION and totals[k] > 1 else "")
-            for k in ORDER
-            if k in BLOCKING and totals.get(k)
-        ]
         return f"❌ {', '.join(bad)}"
     if overall == RunVerdict.ERROR:
         errored = totals.get(CaseVerdict.ERROR, 0)
         if errored:  # the code under test crashed, hung or ran out: not the service
             cases = f"{errored} case{'s' if errored > 1 else ''}"
-            return f"⚠️ {cases} ended in an error (crash, timeout, out of memory): not judged"
+            said = f"⚠️ {cases} ended in an error (crash, timeout, out of memory): not judged"
+            # an error outranks a failure in the run's verdict, but must not hide one:
+            # FlashInfer 0.6.0 (H200, 2026-12-05) was "3 cases ended in an error" with 75
+            # confirmed regressions among the others
+            return f"{said}; ❌ {', '.join(bad)} among the rest" if bad else said
         return "⚠️ could not judge every GPU class"
     if overall == "pending":
         return "⏳ measuring"

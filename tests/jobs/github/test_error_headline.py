@@ -28,3 +28,13 @@ def test_a_run_that_failed_keeps_could_not_judge() -> None:
     cv = ClassVerdict("h200", "error", "run failed: install failed", 7, "failed", "error")
     comment = render_comment(CommitVerdict("o/kern", "a" * 40, (cv,)), dashboard_url="http://kw")
     assert "could not judge every GPU class" in comment
+
+
+def test_an_error_does_not_hide_the_regressions_beside_it() -> None:
+    cv = ClassVerdict("h200", "error", "3 error, 75 regression", 7, "succeeded", "error",
+                      counts={"error": 3, "regression": 75, "less_accurate": 1,
+                              "unchanged": 42})  # fmt: skip
+    comment = render_comment(CommitVerdict("o/kern", "a" * 40, (cv,)), dashboard_url="http://kw")
+    headline = comment.splitlines()[1]
+    assert headline.startswith("### kernelwatch: ⚠️ 3 cases ended in an error")
+    assert headline.endswith("; ❌ 75 regressions, 1 less_accurate among the rest")
