@@ -26,7 +26,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "compared with --parent when given; or load a dataset manifest (.toml).",
     )
     im.add_argument(
-        "records", help="JSON-lines file of result records, or a dataset manifest (.toml)"
+        "records",
+        help="JSON-lines file of result records (.jsonl, or .jsonl.gz), or a dataset manifest "
+        "(.toml)",
     )
     im.add_argument("--repo", help="repository (or library) name (required for records)")
     im.add_argument("--commit", help="commit sha or a label for this run (required for records)")
