@@ -68,6 +68,7 @@ from typing import IO, Any
 from kernelwatch.jobs.errors import ConfigError, InfrastructureError, InstallError
 from kernelwatch.jobs.library.config_model import InstallRecipe
 from kernelwatch.jobs.library.libspec import CommitSpec, VersionSpec, normalize_name
+from kernelwatch.jobs.library.recipe_env import under
 from kernelwatch.jobs.library.repoconfig import FILE
 from kernelwatch.kernels.devclass import gpu_rows
 from kernelwatch.worker import stubs, submodules
@@ -275,10 +276,13 @@ class EnvCache:
             # the recipe's variables, checked (issue 24); the service's own laid over them
             env = self.recipe_env(recipe, dest)
             writable = [dest]
-            if use_ccache and (service := ccache_env(self.root, env)):
+            shown = box.visible() if box.confined else None
+            if use_ccache and (service := ccache_env(self.root, env, shown)):
                 env.update(service)
                 writable.append(self.root / "ccache")  # the service's, never the recipe's
                 writable[-1].mkdir(parents=True, exist_ok=True)
+            elif use_ccache and (ccache := shutil.which("ccache")):
+                log += f"kernelwatch: the sandbox does not show {ccache}: built without ccache\n"
             if offline:
                 env.update(GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
             # the repository's timeout_s may only shorten the server's limit, never raise it
@@ -495,15 +499,22 @@ def installed_versions(site: Path) -> dict[str, str]:
 _ENV_FLAGS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CFLAGS", "CXXFLAGS", "CPPFLAGS")
 
 
-def ccache_env(root: Path, recipe_env: Mapping[str, str]) -> dict[str, str]:
-    """Variables that route nvcc through ccache, when ccache is installed.
+def ccache_env(
+    root: Path, recipe_env: Mapping[str, str], shown: Sequence[str] | None = None
+) -> dict[str, str]:
+    """Variables that route nvcc through ccache, when ccache is installed and, in a
+    sandbox (``shown``: the real paths it shows read-only), where the build can run it.
 
     ``PYTORCH_NVCC`` is how torch's extension builder (and FA3's copy of it)
     picks the CUDA compiler; ``CCACHE_BASEDIR`` rewrites absolute paths under the
-    cache root so the same file in two entries hashes alike.
+    cache root so the same file in two entries hashes alike. A ccache the box does not
+    show made every nvcc step exit 127 (FA3 on the H100, 2026-12-05: ccache under the
+    host's ``/tmp``, which no box shows): then the build goes without it.
     """
     ccache = shutil.which("ccache")
     if not ccache:
+        return {}
+    if shown is not None and not any(under(os.path.realpath(ccache), top) for top in shown):
         return {}
     env = {
         "CCACHE_DIR": str(root / "ccache"),
@@ -587,12 +598,35 @@ def _run(
     return header + done.log
 
 
+# What a compiler, ninja or the shell prints where a native build first went wrong: a
+# ninja step (its command line), nvcc's and gcc's diagnostics, a tool that is not there
+COMPILER_ERROR = re.compile(
+    r"^FAILED: |: (fatal )?error\b|\(\d+\): (catastrophic )?error\b|^nvcc fatal|"
+    r"static assertion failed|: (command )?not found$|: No such file or directory$"
+)
+
+
+def compiler_errors(log: str, limit: int = 8, width: int = 400) -> list[str]:
+    """The first ``limit`` lines of ``log`` that say where a native build failed, each cut
+    to ``width`` characters (a ninja ``FAILED:`` line carries the whole nvcc command)."""
+    found = []
+    for line in log.splitlines():
+        if COMPILER_ERROR.search(line.strip()):
+            found.append(line.strip()[:width])
+            if len(found) == limit:
+                break
+    return found
+
+
 def build_error(log: str, lines: int = 15) -> str:
     """What the build tool itself said went wrong: pip's (or the backend's) message.
 
     The last ``error:`` block of the log when there is one (pip prints its reason there,
     after pages of progress), else the last ``lines`` non-empty lines. Issue 18: the run's
-    error used to be a truncated argv, the reason only in the build log.
+    error used to be a truncated argv, the reason only in the build log. A native build
+    (``torch.utils.cpp_extension``, CMake) ends in a Python traceback pages below the
+    compiler's own message; its first error lines come first (FlashAttention-3 in the
+    sandbox, 2026-12-05: the run said "Error compiling objects for extension" and no more).
     """
     kept = [line.rstrip() for line in log.splitlines() if line.strip()]
     tail = kept[-4 * lines :]
@@ -602,6 +636,9 @@ def build_error(log: str, lines: int = 15) -> str:
         if line.lstrip().lower().startswith(("error:", "× ", "exception:", "traceback"))
     ]
     block = tail[marks[0] :] if marks else tail[-lines:]
+    first = [line for line in compiler_errors(log) if line not in block]
+    if first:
+        return "\n".join(["first compiler errors:", *first, "then:", *block])
     return "\n".join(block)
 
 

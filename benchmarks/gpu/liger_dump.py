@@ -29,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kernelwatch.db.models import Result, Run
     from kernelwatch.db.session import session_factory
     from kernelwatch.jobs.judging.report import run_summary
+    from kernelwatch.worker.venvs import compiler_errors
 
     runs = []
     with session_factory()() as session, open(args.records, "w", encoding="utf-8") as rec:
@@ -38,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in session.scalars(query).all():
             summary = run_summary(session, run)
             summary["build_log_tail"] = (run.build_log or "")[-4000:]
+            # the tail of a native build is its Python traceback: where it went wrong
+            # is pages above (the database keeps the whole log; the device does not)
+            summary["build_log_head"] = (run.build_log or "")[:3000]
+            summary["compiler_errors"] = compiler_errors(run.build_log or "", limit=20)
             summary["runner_log_tail"] = (run.options.runner_log_tail or "")[-3000:]
             runs.append(summary)
             results = session.scalars(select(Result).where(Result.run_id == run.id)).all()

@@ -4,7 +4,7 @@ Issue 26: on the offline H200 host, in one call, what a GPU host of the fleet ru
 
 1. the carried ``.deb/`` unpacked into ``/opt/kwdeb`` (``debs.py``: bubblewrap, the
    Redis server), the service's wheels (``.svc/``, with the ``redis`` client) into
-   ``/tmp/site``, and ``kernelwatch`` linked into the interpreter's site-packages
+   ``/opt/kwsvc-site``, and ``kernelwatch`` linked into the interpreter's site-packages
    (``host.site_namespace``) so the sandboxed suite imports it;
 2. the sandbox probed (``sandbox_probe.py``): bubblewrap starts, and inside the box
    kernelwatch and torch import, CUDA sees the GPU through the bound device nodes, NVML
@@ -753,6 +753,7 @@ def table(result: dict[str, Any]) -> list[str]:
                 )
             if r.get("error"):
                 lines.append(f"     error: {str(r['error']).splitlines()[-1][:150]}")
+            lines += [f"     compiler: {x[:200]}" for x in (r.get("compiler_errors") or [])[:4]]
         if not p.get("dumped"):
             lines.append(f"  no runs: {' | '.join(p.get('tail') or [])[:300]}")
         lines += [f"  {x}" for x in (p.get("table") or [])[:40]]

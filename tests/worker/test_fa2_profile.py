@@ -214,3 +214,8 @@ def test_ccache_is_kept_inside_the_environment_cache(
     assert "FLASHATTENTION_DISABLE_DROPOUT" in _trimmed().env["NVCC_APPEND_FLAGS"]
     full = ccache_env(root, {k: v for k, v in _trimmed().env.items() if k != "NVCC_APPEND_FLAGS"})
     assert env["CCACHE_NAMESPACE"] and env["CCACHE_NAMESPACE"] != full.get("CCACHE_NAMESPACE")
+    # a sandbox that does not show ccache's directory: nvcc is left as it is (a wrapper
+    # the box cannot run made every step exit 127), one that does keeps it
+    assert ccache_env(root, _trimmed().env, shown=["/usr", "/opt/cuda"]) == {}
+    shown = ccache_env(root, _trimmed().env, shown=[os.path.realpath(tmp_path)])
+    assert shown["PYTORCH_NVCC"] == env["PYTORCH_NVCC"]

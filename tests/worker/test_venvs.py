@@ -19,6 +19,7 @@ from kernelwatch.worker.venvs import (
     EnvCache,
     Toolchain,
     build_error,
+    compiler_errors,
     installed_versions,
     probe_toolchain,
 )
@@ -270,6 +271,31 @@ def test_build_error_keeps_the_error_block_of_a_long_log() -> None:
     text = build_error(log)
     assert text.startswith("error: subprocess-exited-with-error") and "TOMLDecodeError" in text
     assert "Collecting" not in text
+    assert build_error("one\ntwo\n") == "one\ntwo"
+
+
+def test_a_native_builds_first_compiler_error_comes_before_its_traceback() -> None:
+    # cpp_extension's shape: ninja's failed step and nvcc's message, pages of other steps,
+    # then the Python traceback that build_error's tail alone used to give
+    log = "[1/40] c++ -c a.cpp\nFAILED: /w/build/flash_fwd.o\n/usr/local/cuda/bin/nvcc -c x.cu\n"
+    log += 'hopper/flash_fwd.cu(12): error: identifier "Flash" is undefined\n'
+    log += "/bin/sh: 1: ccache: not found\n"
+    log += "\n".join(f"[{i}/40] nvcc ok" for i in range(2, 39)) + "\nninja: build stopped\n"
+    log += 'Traceback (most recent call last):\n  File "setup.py", line 702\n'
+    log += "RuntimeError: Error compiling objects for extension\n"
+    text = build_error(log)
+    assert text.splitlines()[:5] == [
+        "first compiler errors:",
+        "FAILED: /w/build/flash_fwd.o",
+        'hopper/flash_fwd.cu(12): error: identifier "Flash" is undefined',
+        "/bin/sh: 1: ccache: not found",
+        "then:",
+    ]
+    assert text.endswith("RuntimeError: Error compiling objects for extension")
+    assert compiler_errors("x" * 10 + ": error: " + "y" * 1000, width=50) == [
+        "x" * 10 + ": error: " + "y" * 31
+    ]
+    # pip's own message has no compiler line: as it was
     assert build_error("one\ntwo\n") == "one\ntwo"
 
 
