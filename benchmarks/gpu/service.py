@@ -61,6 +61,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -108,8 +109,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--liger-from", type=int, default=1, metavar="K",
                    help="start at the K-th commit (1-based), the first run's baseline: "
                    "a later call takes up where a deadline cut an earlier one")  # fmt: skip
-    p.add_argument("--dsl-tile", action="append", metavar="MxN",
-                   help="CuTe DSL tiles, one commit each, paired in order "
+    p.add_argument("--dsl-tile", action="append", metavar="MxN[/AxB]",
+                   help="CuTe DSL tiles (and clusters), one commit each, paired in order "
                    "(default 64x64 then 128x256)")  # fmt: skip
     p.add_argument("--dsl-suite", default="gemm", help="the CuTe DSL runs' suite")
     p.add_argument("--case", default=None, help="only cases matching (run --case)")
@@ -169,19 +170,36 @@ def dsl_repo(work: Path, examples: Path, tiles: list[str], suite: str) -> tuple[
     ident = ["-c", "user.name=kernelwatch", "-c", "user.email=service@kernelwatch.invalid"]
     shas = []
     for tile in tiles:
+        variables = ", ".join(f'{k} = "{v}"' for k, v in dsl_tile_env(tile).items())
         (repo / ".kernelwatch.toml").write_text(
             "# CUTLASS's CuTe DSL Hopper dense GEMM (benchmarks/gpu/service.py): the DSL is\n"
             "# the worker's, the example this checkout; the tile is this commit's choice.\n"
             '[library]\nname = "cutlass-dsl"\n'
             'module = "kernelwatch.kernels.adapters.cutlass_dsl"\n\n'
             '[install]\nrecipe = "pythonpath"\npythonpath = [""]\n'
-            f'env = {{ CUTLASS_DSL_TILE = "{tile}" }}\n\n'
+            f"env = {{ {variables} }}\n\n"
             f'[suites]\nnames = ["{suite}"]\n'
         )
         git("add", "-A", cwd=repo)
         git(*ident, "commit", "-q", "-m", f"CuTe DSL GEMM, tile {tile}", cwd=repo)
         shas.append(git("rev-parse", "HEAD", cwd=repo).strip())
     return repo, shas
+
+
+DSL_TILE = re.compile(r"(\d{1,4}x\d{1,4})(?:/(\d{1,2}x\d{1,2}))?")
+
+
+def dsl_tile_env(spec: str) -> dict[str, str]:
+    """``MxN`` or ``MxN/AxB`` (tile, cluster) as the adapter's recipe variables. The
+    H100's sweep (2026-12-05) found cluster 1x2 the best thin tile (64x64/1x2: 18.0 µs
+    against 20.4 with 1x1 at 64x4096x4096), so a commit may name its cluster too."""
+    match = DSL_TILE.fullmatch(spec)
+    if match is None:
+        raise ValueError(f"--dsl-tile {spec!r}: MxN or MxN/AxB, e.g. 64x64/1x2")
+    env = {"CUTLASS_DSL_TILE": match[1]}
+    if match[2]:
+        env["CUTLASS_DSL_CLUSTER"] = match[2]
+    return env
 
 
 def _commits(shas: list[str]) -> list[str]:
