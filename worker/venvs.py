@@ -638,7 +638,7 @@ def build_error(log: str, lines: int = 15) -> str:
     block = tail[marks[0] :] if marks else tail[-lines:]
     first = [line for line in compiler_errors(log) if line not in block]
     if first:
-        return "\n".join(["first compiler errors:", *first, "then:", *block])
+        return "\n".join(["first error lines of the build:", *first, "then:", *block])
     return "\n".join(block)
 
 

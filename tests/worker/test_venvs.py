@@ -285,7 +285,7 @@ def test_a_native_builds_first_compiler_error_comes_before_its_traceback() -> No
     log += "RuntimeError: Error compiling objects for extension\n"
     text = build_error(log)
     assert text.splitlines()[:5] == [
-        "first compiler errors:",
+        "first error lines of the build:",
         "FAILED: /w/build/flash_fwd.o",
         'hopper/flash_fwd.cu(12): error: identifier "Flash" is undefined',
         "/bin/sh: 1: ccache: not found",
