@@ -133,11 +133,11 @@ def _headline(verdict: CommitVerdict) -> str:
         errored = totals.get(CaseVerdict.ERROR, 0)
         if errored:  # the code under test crashed, hung or ran out: not the service
             cases = f"{errored} case{'s' if errored > 1 else ''}"
-            said = f"⚠️ {cases} ended in an error (crash, timeout, out of memory): not judged"
+            errors = f"⚠️ {cases} ended in an error (crash, timeout, out of memory): not judged"
             # an error outranks a failure in the run's verdict, but must not hide one:
             # FlashInfer 0.6.0 (H200, 2026-12-05) was "3 cases ended in an error" with 75
             # confirmed regressions among the others
-            return f"{said}; ❌ {', '.join(bad)} among the rest" if bad else said
+            return f"{errors}; ❌ {', '.join(bad)} among the rest" if bad else errors
         return "⚠️ could not judge every GPU class"
     if overall == "pending":
         return "⏳ measuring"
