@@ -61,7 +61,6 @@ import glob
 import gzip
 import json
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -170,7 +169,8 @@ def dsl_repo(work: Path, examples: Path, tiles: list[str], suite: str) -> tuple[
     ident = ["-c", "user.name=kernelwatch", "-c", "user.email=service@kernelwatch.invalid"]
     shas = []
     for tile in tiles:
-        variables = ", ".join(f'{k} = "{v}"' for k, v in dsl_tile_env(tile).items())
+        # a TOML basic string is a JSON string for these: quotes and newlines escaped
+        variables = ", ".join(f"{k} = {json.dumps(v)}" for k, v in dsl_tile_env(tile).items())
         (repo / ".kernelwatch.toml").write_text(
             "# CUTLASS's CuTe DSL Hopper dense GEMM (benchmarks/gpu/service.py): the DSL is\n"
             "# the worker's, the example this checkout; the tile is this commit's choice.\n"
@@ -186,19 +186,22 @@ def dsl_repo(work: Path, examples: Path, tiles: list[str], suite: str) -> tuple[
     return repo, shas
 
 
-DSL_TILE = re.compile(r"(\d{1,4}x\d{1,4})(?:/(\d{1,2}x\d{1,2}))?")
-
-
 def dsl_tile_env(spec: str) -> dict[str, str]:
-    """``MxN`` or ``MxN/AxB`` (tile, cluster) as the adapter's recipe variables. The
-    H100's sweep (2026-12-05) found cluster 1x2 the best thin tile (64x64/1x2: 18.0 µs
-    against 20.4 with 1x1 at 64x4096x4096), so a commit may name its cluster too."""
-    match = DSL_TILE.fullmatch(spec)
-    if match is None:
-        raise ValueError(f"--dsl-tile {spec!r}: MxN or MxN/AxB, e.g. 64x64/1x2")
-    env = {"CUTLASS_DSL_TILE": match[1]}
-    if match[2]:
-        env["CUTLASS_DSL_CLUSTER"] = match[2]
+    """``MxN`` or ``MxN/AxB`` (tile, cluster) as the adapter's recipe variables, checked by
+    the adapter's own parser before they reach a recipe. The H100's sweep (2026-12-05)
+    found cluster 1x2 the best thin tile (64x64/1x2: 18.0 µs against 20.4 with 1x1 at
+    64x4096x4096), so a commit may name its cluster too."""
+    # imported here: the driver's parser builds before kernelwatch is importable
+    from kernelwatch.kernels.adapters.cutlass_dsl import CLUSTER_ENV, TILE_ENV, tile_config
+
+    tile, slash, cluster = spec.partition("/")
+    env = {TILE_ENV: tile, **({CLUSTER_ENV: cluster} if cluster else {})}
+    try:
+        if slash and not cluster:
+            raise ValueError("a cluster after the slash")
+        tile_config(64, 64, env)  # ValueError for a tile or cluster it would refuse
+    except ValueError as exc:
+        raise ValueError(f"--dsl-tile {spec!r}: MxN or MxN/AxB, e.g. 64x64/1x2 ({exc})") from exc
     return env
 
 
