@@ -301,19 +301,69 @@ LIGER_PAIRED_PREFIX = "service-h200-2026-12-03/liger-paired-run"
 def liger_paired(data: Dataset, prefix: str = LIGER_PAIRED_PREFIX) -> str:
     """Liger-Kernel's commits paired with the commit before through the sandboxed worker:
     each case's ratio, interval and verdict per pair (upstream shas)."""
+
+    def key(r: ResultRecord) -> str:
+        return f"{r.kernel} {r.params.get('rows')}x{r.params.get('cols')}"
+
+    return paired_history(data, prefix, key, "case (bf16): ratio, interval, verdict")
+
+
+def paired_history(
+    data: Dataset,
+    prefix: str,
+    key: Callable[[ResultRecord], str],
+    head: str,
+    *,
+    with_median: bool = False,
+    measured_only: bool = False,
+) -> str:
+    """Runs ``<prefix><n>``, each a commit paired with the one before through the worker:
+    one row per case, one column per pair (upstream shas), the ratio, its interval and the
+    verdict; with ``with_median`` the candidate side's median too. A case without a ratio
+    reads its status (``skip``: the build left it out); ``measured_only`` leaves out the
+    cases no pair measured."""
     files = _numbered(data, prefix)
     heads = [f"{_upstream(data, data.run(f).commit)} / {_upstream(data, data.run(f).parent or '')}"
              for f in files]  # fmt: skip
     cells: dict[str, list[str]] = {}
+    measured: set[str] = set()
     for i, f in enumerate(files):
         for r in data.records[f]:
-            key = f"{r.kernel} {r.params.get('rows')}x{r.params.get('cols')}"
-            row = cells.setdefault(key, ["—"] * len(files))
+            row = cells.setdefault(key(r), ["—"] * len(files))
             s = r.paired
-            row[i] = (f"{s.ratio:.4f} {_interval(s)} {s.verdict}"
-                      if s is not None and s.ratio else r.status)  # fmt: skip
-    rows = [[k, *v] for k, v in sorted(cells.items())]
-    return _table(["case (bf16): ratio, interval, verdict", *heads], rows)
+            if s is None or not s.ratio:
+                row[i] = r.status
+                continue
+            measured.add(key(r))
+            row[i] = f"{s.ratio:.4f} {_interval(s)} {s.verdict}"
+            if with_median:
+                row[i] += f", {_us(s.candidate_median)}"
+    rows = [[k, *v] for k, v in sorted(cells.items()) if k in measured or not measured_only]
+    return _table([head, *heads], rows)
+
+
+def _prefill_case_dtype(r: ResultRecord) -> str:
+    p = r.params
+    if r.kernel == "prefill_varlen":
+        what = f"{len(p['seq_lens'])} sequences, GQA {p['heads'] // p['kv_heads']}"
+        return f"{p['model']} varlen prefill ({what}), {p.get('dtype')}"
+    return f"{_prefill_case(r)}, {p.get('dtype')}" if r.kernel == "prefill" else r.kernel
+
+
+FA_SERVICE_PREFIX = "service-h200-2026-12-06/{}-run"
+
+
+def fa_service(data: Dataset, library: str) -> str:
+    """FA3's or FA2's commits paired through the sandboxed worker (2026-12-06): the cases
+    the trimmed builds hold (the ones they leave out skip, saying why, and are not rows)."""
+    return paired_history(
+        data,
+        FA_SERVICE_PREFIX.format(library),
+        _prefill_case_dtype,
+        "case: ratio, interval, verdict, candidate median",
+        with_median=True,
+        measured_only=True,
+    )
 
 
 def sdpa_reference(
@@ -444,6 +494,8 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
     "fa3-commits": fa3_commits,
     "fa3-bisection": fa3_bisection,
     "fa2-versions": fa2_versions,
+    "fa3-service": lambda data: fa_service(data, "fa3"),
+    "fa2-service": lambda data: fa_service(data, "fa2"),
     "dataset": dataset_index,
 }
 

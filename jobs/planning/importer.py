@@ -108,6 +108,19 @@ def stored_sha(session: Session, repo: Repository, commit: str) -> str:
     return found[0] if found else commit
 
 
+def judged_at(records: list[ResultRecord]) -> float | None:
+    """The minimum effect a paired run's cases were decided at, when they share one.
+
+    A paired record keeps the threshold its own measurement stopped at (a recipe's
+    ``[thresholds]``, say 3 % for FlashAttention's builds). Imported, the run is judged
+    at that threshold again, not the service default, so it reads as the gate that
+    measured it read. Cases at different thresholds leave the default in force.
+    """
+    found = {r.paired.min_effect for r in records if r.paired is not None and r.paired.ratio}
+    found.discard(None)
+    return found.pop() if len(found) == 1 else None
+
+
 def import_records(factory: sessionmaker[Session], settings: Settings, req: ImportRequest) -> int:
     """Store the records as one finished run of ``req.commit``; returns the run id."""
     records = read_records(req.path)
@@ -116,6 +129,7 @@ def import_records(factory: sessionmaker[Session], settings: Settings, req: Impo
     # Records of ``bench-paired`` carry their verdict measured interleaved with the
     # baseline; judging them against another run's samples would throw that away.
     paired = all(r.paired is not None for r in records)
+    threshold = judged_at(records) if paired else None
     with factory() as session, session.begin():
         repo = import_repository(session, req.repository)
         sha = stored_sha(session, repo, req.commit)
@@ -149,6 +163,7 @@ def import_records(factory: sessionmaker[Session], settings: Settings, req: Impo
                 records=len(records),
                 paired=paired,
                 note=req.message or None,
+                regression_threshold=threshold,
             ),
             created=now,
             started=now,

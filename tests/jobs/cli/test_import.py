@@ -13,7 +13,7 @@ from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Commit, Repository, Result, Run
 from kernelwatch.db.session import make_engine
 from kernelwatch.db.store import get_or_create_repository, upsert_commit
-from kernelwatch.jobs.planning.importer import read_records
+from kernelwatch.jobs.planning.importer import read_records, record_lines
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[3] / "docs" / "data"
@@ -120,3 +120,37 @@ def test_records_of_a_stored_repository_join_it_and_its_commit(tmp_path: Path) -
     gate = run_cli("gate", "--repo", "tinykern", "--sha", sha[:7], "--json", env=env)
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert [c["run_id"] for c in json.loads(gate.stdout)["classes"]] == [1]
+
+
+FA2_PAIRED = DATA / "service-h200-2026-12-06" / "fa2-run1.jsonl.gz"
+
+
+def test_paired_records_are_judged_again_at_the_threshold_they_were_measured_at(
+    tmp_path: Path,
+) -> None:
+    """FA2's recipe gates at 3 %; its varlen case's interval [0.990, 1.006] is
+    `unchanged` there and would read `inconclusive` at the 1 % default. Imported, the
+    run reads as the worker that measured it read; records measured at two thresholds
+    keep the default (no one threshold to take)."""
+    url = f"sqlite:///{tmp_path / 'kw.db'}"
+    upgrade(url)
+    env = {"KW_DATABASE_URL": url, "KW_DATA_DIR": str(tmp_path)}
+    records = [json.loads(x) for x in record_lines(FA2_PAIRED)]
+    measured = [r for r in records if r["status"] == "pass"]
+    assert {r["paired"]["min_effect"] for r in measured} == {0.03}
+    mixed = [dict(r, paired=dict(r["paired"])) for r in measured]
+    mixed[0]["paired"]["min_effect"] = 0.01
+    mixed_file = tmp_path / "mixed.jsonl"
+    mixed_file.write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    common = ["--repo", "fa2", "--device-class", "h200", "--json"]
+    same = run_cli("import", str(FA2_PAIRED), *common, "--commit", "v2.8.3", env=env)
+    assert same.returncode == 0, same.stderr
+    other = run_cli("import", str(mixed_file), *common, "--commit", "mixed", env=env)
+    assert other.returncode == 0, other.stderr
+    factory = sessionmaker(bind=make_engine(url))
+    with factory() as s:
+        at_3, at_default = s.scalars(select(Run).order_by(Run.id)).all()
+        assert at_3.options.regression_threshold == 0.03 and at_3.verdict == "pass"
+        assert {r.verdict for r in at_3.results if r.status == "pass"} == {"unchanged"}
+        assert at_default.options.regression_threshold is None
+        assert "inconclusive" in {r.verdict for r in at_default.results}
