@@ -34,6 +34,7 @@ from typing import TypeVar
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernelwatch.db.build_log import environment_line
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.run_options import ConfigNote, RunOptions
@@ -215,12 +216,9 @@ def _commit_env(
     """Build (or reuse) the environment of ``sha`` for a run (:func:`commit_env`), and
     say in the run's build log which it was."""
     env, recipe = commit_env(settings, mirror, sha, install, options.profile, trigger)
-    what = "cached environment" if env.cached else f"built in {env.seconds:.0f} s"
-    _append_log(
-        factory,
-        run_id,
-        (env.log or "") + f"{sha[:12]}: {what} ({recipe.profile} profile) at {env.path}\n",
-    )
+    seconds = None if env.cached else env.seconds
+    line = environment_line(sha, seconds, recipe.profile, env.path)
+    _append_log(factory, run_id, (env.log or "") + line)
     return env, recipe
 
 

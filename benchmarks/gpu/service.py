@@ -740,6 +740,9 @@ def table(result: dict[str, Any]) -> list[str]:
         lines.append(f"ERROR: {result['error']}")
     for name, last in (result.get("live_logs") or {}).items():
         lines.append(f"still running at the end: {name}: {last}")
+    # lazily: the driver starts on a host where prelude has not yet put kernelwatch on the path
+    from kernelwatch.db.build_log import EnvironmentBuild, environments_text
+
     for p in result.get("plans") or []:
         head = f"{p['library']}: rc {p.get('rc')} in {p.get('seconds')} s"
         head += " (timed out)" if p.get("timed_out") else ""
@@ -753,6 +756,7 @@ def table(result: dict[str, Any]) -> list[str]:
             for c in cases:
                 counts[c["status"]] = counts.get(c["status"], 0) + 1
             gpu_s = _gpu_seconds(r)
+            builds = [EnvironmentBuild(**b) for b in r.get("environments") or []]
             built = liger_table.build_seconds(r.get("build_log_tail", ""))
             tele = r.get("telemetry") or {}
             what = str(r["commit"])
@@ -764,6 +768,8 @@ def table(result: dict[str, Any]) -> list[str]:
                 + " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                 + (f"  telemetry off {tele['off']}" if tele.get("off") else "")
             )
+            if builds:
+                lines.append(f"     environments: {environments_text(builds)}")
             spent = r.get("case_costs")
             if spent:
                 parts = dict(spent["median"])

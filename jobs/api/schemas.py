@@ -57,6 +57,14 @@ class CaseResult(BaseModel):
     accuracy_growth: float | None = None
 
 
+class EnvironmentOut(BaseModel):
+    """One commit environment a run used: built in ``seconds``, or None: from the cache."""
+
+    commit: str
+    seconds: float | None
+    profile: str
+
+
 class RunDetail(BaseModel):
     id: int
     repository: str
@@ -70,6 +78,7 @@ class RunDetail(BaseModel):
     error: str
     started: str | None
     finished: str | None
+    environments: list[EnvironmentOut] = []
     cases: list[CaseResult]
 
 

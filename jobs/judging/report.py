@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
 from kernelwatch.db.bisect import Bisection
+from kernelwatch.db.build_log import EnvironmentBuild, environments, environments_text
 from kernelwatch.db.config import get_settings
 from kernelwatch.db.models import Case, Result, Run
 from kernelwatch.db.run_options import run_subject
@@ -173,6 +174,8 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         # the run's coverage and GPU seconds (kernels.record.Price: a paired run's cases
         # decided, an unpaired run's cases measured), else None
         "price": _price(rows, run.device_class),
+        # each commit environment the run used: built (seconds) or from the cache
+        "environments": [asdict(b) for b in environments(run.build_log or "")],
         "cases": cases,
     }
 
@@ -338,6 +341,9 @@ def format_run(summary: dict[str, Any]) -> str:
     price = summary.get("price")
     if price:  # a run is paired or not: its price is of one kind
         lines.append(f"  {'paired' if price['cases'] else 'unpaired'}: {price['text']}")
+    builds = [EnvironmentBuild(**b) for b in summary.get("environments") or []]
+    if builds:
+        lines.append(f"  environments: {environments_text(builds)}")
     tele = summary.get("telemetry") or {}
     if tele.get("off"):
         lines.append(f"  warning: {no_telemetry_text(tele['off'], tele['off'] + tele['live'])}")

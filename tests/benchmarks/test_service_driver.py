@@ -252,6 +252,14 @@ def test_an_unpaired_runs_line_is_followed_by_where_its_case_seconds_went() -> N
     assert not any(
         "median a case" in x for x in service.table({"plans": [{"library": "x", "dumped": [run]}]})
     )
+    # every environment the run used, from the whole stored log (the dump's summary)
+    run["environments"] = [
+        {"commit": "c224b361a9ca", "seconds": 120.0, "profile": "trimmed"},
+        {"commit": "2b90c90e929b", "seconds": None, "profile": "trimmed"},
+    ]
+    lines = service.table({"plans": [{"library": "fa3", "rc": 0, "dumped": [run]}]})
+    said = "c224b361a9ca built in 120 s, 2b90c90e929b cached (trimmed profile)"
+    assert f"     environments: {said}" in lines
 
 
 def test_run_arguments_parse() -> None:

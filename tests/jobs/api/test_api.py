@@ -22,8 +22,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernelwatch.db.build_log import environment_line
 from kernelwatch.db.config import Settings
-from kernelwatch.db.models import Result
+from kernelwatch.db.models import Result, Run
 from kernelwatch.db.session import engine_for, make_engine
 from kernelwatch.jobs.api import create_app
 from kernelwatch.jobs.api.signature import sign
@@ -91,6 +92,23 @@ def test_runs_list_filters_and_detail(client: TestClient) -> None:
     assert client.get("/api/v1/runs/999").status_code == 404
     assert client.get("/api/v1/runs", params={"status": "bogus"}).status_code == 422
     assert client.get("/api/v1/runs", params={"limit": 0}).status_code == 422
+
+
+def test_a_runs_detail_names_the_environments_it_used(db_url: str, client: TestClient) -> None:
+    with sessionmaker(bind=make_engine(db_url))() as s, s.begin():
+        run = s.get(Run, 2)
+        assert run is not None
+        run.build_log = (
+            "[1/3] nvcc -c a.cu\n"
+            + environment_line(HEAD, 96.2, "trimmed", Path("/venvs/a"))
+            + environment_line("b" * 40, None, "trimmed", Path("/venvs/b"))
+        )
+    detail = client.get("/api/v1/runs/2").json()
+    assert detail["environments"] == [
+        {"commit": HEAD[:12], "seconds": 96.0, "profile": "trimmed"},
+        {"commit": "b" * 12, "seconds": None, "profile": "trimmed"},
+    ]
+    assert client.get("/api/v1/runs/1").json()["environments"] == []
 
 
 def test_a_runs_results_come_with_their_whole_records(db_url: str, client: TestClient) -> None:

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from kernelwatch.db.build_log import environments
 from kernelwatch.db.config import Settings
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Commit, Repository, Result, Run
@@ -300,3 +301,8 @@ def test_build_profile_follows_the_trigger_and_environments_are_cached(
     assert "(default profile)" in first.build_log and "built in" in first.build_log
     assert "cached environment (default profile)" in again.build_log
     assert "(fast profile)" in pr.build_log  # profile_for maps the trigger
+    # each run's summary (``show``) names the environment it used and how it got it
+    (built,) = environments(first.build_log)
+    (cached,) = environments(again.build_log)
+    assert built.commit == cached.commit == sha[:12] and built.profile == "default"
+    assert built.seconds is not None and cached.seconds is None
