@@ -7,18 +7,27 @@ installs the carried wheel, ``--with-path DIR`` adds a built library (an FA3 bui
 from ``libraries``; ``cutlass-dsl`` passes the CuTe DSL's folders this way).
 Without a GPU every test skips (``tests/conftest.py``), which is what ``--cpu``
 shows: the plumbing, not the kernels.
+
+``--sandbox bwrap`` runs pytest inside the worker's own sandbox (``Sandbox.wrap``: the
+user the code under test runs as, the ``/dev/nvidia*`` binds, the allow-listed
+environment, the memory and process limits), with bubblewrap from the carried ``.deb``.
+A sandboxed suite has only ever run through the service; this shows the timer, NVML
+telemetry and the paired sides' processes work confined as they do bare (issue 26).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu import host
+from benchmarks.gpu import debs, host
 
 NAME = "gputests"
 HELP = "the @pytest.mark.gpu tests (JUnit XML + JSON)"
@@ -35,6 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flashinfer", metavar="VERSION", help="carried FlashInfer on the path")
     p.add_argument("--with-path", action="append", default=[], help="more PYTHONPATH entries")
     p.add_argument("--test-timeout", type=float, default=150, help="seconds per test")
+    p.add_argument(
+        "--sandbox",
+        choices=("none", "bwrap"),
+        default="none",
+        help="run pytest inside the worker's sandbox (bubblewrap from the carried .deb)",
+    )
 
 
 def parse_junit(path: Path) -> dict[str, Any]:
@@ -66,6 +81,48 @@ def parse_junit(path: Path) -> dict[str, Any]:
     return {"counts": counts, "cases": cases}
 
 
+def _sandbox_setup(ctx: host.Context, mode: str) -> dict[str, Any]:
+    """bubblewrap from the carried ``.deb``, kernelwatch importable from a clean
+    environment (``host.site_namespace``), and a scratch folder whose ``out/`` the box
+    may write; ``error`` where the sandbox cannot start here (it fails closed)."""
+    from kernelwatch.worker.sandbox import Sandbox, SandboxUnavailable
+
+    found: dict[str, Any] = {"mode": mode, "debs": debs.install(ctx).get("versions")}
+    found["namespace"] = host.site_namespace()
+    os.environ["KW_SANDBOX"] = mode
+    sandbox = Sandbox.from_env()
+    try:
+        sandbox.check()
+    except SandboxUnavailable as exc:
+        return {**found, "error": f"unavailable: {exc}"}
+    scratch = Path(tempfile.mkdtemp(prefix="kw-gputests-box-"))
+    out = scratch / "out"
+    out.mkdir()
+    sandbox.owner([out], within=scratch)
+    found.update(scratch=str(scratch), out=str(out), uid=sandbox.uid)
+    return found
+
+
+def _boxed(
+    argv: list[str], env: dict[str, str], extra: list[str], box: dict[str, Any]
+) -> tuple[list[str], dict[str, str]]:
+    """``argv`` wrapped as the worker wraps a suite: the tree and the libraries under
+    test read-only, only ``out/`` writable, the environment allow-listed."""
+    from kernelwatch.worker.sandbox import Sandbox, clean_env
+
+    sandbox = Sandbox.from_env()
+    scratch, out = Path(box["scratch"]), Path(box["out"])
+    inner = clean_env({**env, "PYTHONDONTWRITEBYTECODE": "1"})
+    return sandbox.wrap(
+        argv,
+        cwd=host.ROOT,
+        env=inner,
+        scratch=sandbox.scratch(scratch),
+        writable=[out],
+        readonly=[host.ROOT, *(Path(p) for p in extra)],
+    )
+
+
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     extra = list(args.with_path)
     notes: list[str] = []
@@ -74,7 +131,13 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
         notes.append(why)
         if path:
             extra.append(path)
+    box: dict[str, Any] = {}
     junit = ctx.logs / "gputests.xml"
+    if args.sandbox != "none":
+        box = _sandbox_setup(ctx, args.sandbox)
+        if "error" in box:
+            return {"sandbox": box, "notes": notes}, [f"sandbox: {box['error']}"]
+        junit = Path(box["out"]) / "gputests.xml"
     argv = [sys.executable, "-m", "pytest", "-m", "gpu", *(args.file or FILES)]
     argv += ["-q", "-rs", "-p", "no:cacheprovider", "-o", "addopts=", f"--junitxml={junit}"]
     argv += [f"--timeout={int(args.test_timeout)}"]
@@ -83,13 +146,21 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     env = {}
     if extra:
         env["PYTHONPATH"] = os.pathsep.join([os.environ.get("PYTHONPATH", ""), *extra])
+    if box:
+        argv, env = _boxed(argv, env, extra, box)
     step = ctx.run("pytest", argv, ctx.left(), reserve=5, env=env)
     summary = parse_junit(junit)
+    if box:
+        with contextlib.suppress(OSError):  # the logs archive carries it home
+            shutil.copy(junit, ctx.logs / "gputests.xml")
     result = {"rc": step.rc, "timed_out": step.timed_out, "junit": junit.name, **summary}
     result["notes"] = notes
+    if box:
+        result["sandbox"] = {k: v for k, v in box.items() if k not in ("out", "scratch")}
     counts = summary.get("counts", {})
+    where = f" (inside {args.sandbox}, uid {box.get('uid')})" if box else ""
     table = [
-        "  ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no tests ran",
+        ("  ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no tests ran") + where,
         f"pytest rc {step.rc}{' (timed out)' if step.timed_out else ''} in {step.seconds:.0f} s",
     ]
     for c in summary.get("cases", []):

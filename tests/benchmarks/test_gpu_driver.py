@@ -9,6 +9,7 @@ plumbing only; what is checked is what a reader of the JSON relies on.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -113,6 +114,27 @@ def test_gputests_skip_without_a_gpu_and_are_counted_from_junit(
     assert res["rc"] == 0 and not res["timed_out"]
     assert res["counts"].get("skipped", 0) == len(res["cases"]) > 0
     assert all(c["message"].startswith("needs a CUDA GPU") for c in res["cases"])
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_gputests_run_inside_the_workers_sandbox(tmp_path: Path) -> None:
+    """``--sandbox bwrap``: pytest runs confined as a suite does (the worker's own
+    ``Sandbox.wrap``), its JUnit XML written to the only folder the box may write and
+    carried home in the logs archive."""
+    done = _driver(tmp_path, "--deadline-s", "120", "gputests", "--sandbox", "bwrap",
+                   "--file", "tests/kernels/test_gpu_kernels.py")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = _doc(tmp_path, "gputests")
+    res = doc["result"]
+    assert res["sandbox"]["mode"] == "bwrap" and "error" not in res["sandbox"]
+    (pytest_step,) = [s for s in doc["steps"] if s["name"] == "pytest"]
+    assert Path(pytest_step["argv"][0]).name == "bwrap" and pytest_step["rc"] == 0
+    # every GPU test ran and skipped there: no GPU on this machine
+    assert res["counts"] == {"skipped": len(res["cases"])} and len(res["cases"]) >= 5
+    assert all(c["message"] == "needs a CUDA GPU" for c in res["cases"])
+    with tarfile.open(tmp_path / "logs.tgz") as tar:
+        assert "logs/gputests/gputests.xml" in tar.getnames()
+    assert "(inside bwrap, uid" in done.stdout
 
 
 def test_paired_reports_each_condition_with_the_injected_size(
