@@ -136,10 +136,9 @@ def _tests(ctx: host.Context, args: argparse.Namespace, paths: list[str]) -> dic
     # the tests' own deadline keeps time for the benches and the probe after them
     end = min(ctx.deadline, time.monotonic() + ctx.limit(150, reserve=200))
     sub = host.Context(ctx.out, ctx.logs, end, ctx.cpu, ctx.steps)
-    ns = argparse.Namespace(
+    ns = gputests.arguments(
         file=list(TESTS),
         keyword="cutlass",  # this adapter's tests and ATen's grouped-GEMM kernel-name test
-        flashinfer=None,
         with_path=paths,
         test_timeout=args.test_timeout,
     )

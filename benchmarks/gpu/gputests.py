@@ -52,6 +52,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def arguments(**given: Any) -> argparse.Namespace:
+    """This sub-command's arguments for another that runs it as a step (``cutlass-dsl``):
+    the parser's defaults, ``given`` over them, so a new option needs no second home."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p)
+    ns = p.parse_args([])
+    unknown = set(given) - set(vars(ns))
+    if unknown:
+        raise TypeError(f"gputests has no option {sorted(unknown)}")
+    vars(ns).update(given)
+    return ns
+
+
 def parse_junit(path: Path) -> dict[str, Any]:
     """Counts and one entry per test case from a JUnit XML file."""
     try:

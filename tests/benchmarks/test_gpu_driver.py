@@ -137,6 +137,16 @@ def test_gputests_run_inside_the_workers_sandbox(tmp_path: Path) -> None:
     assert "(inside bwrap, uid" in done.stdout
 
 
+def test_a_step_that_runs_gputests_gets_every_default_and_no_unknown_option() -> None:
+    """``cutlass-dsl`` runs ``gputests`` as a step; a Namespace written out by hand there
+    lacked ``--sandbox`` once it was added (an AttributeError in CI)."""
+    ns = gputests.arguments(file=["tests/kernels/test_gpu_cutlass_dsl.py"], keyword="cutlass")
+    assert ns.sandbox == "none" and ns.flashinfer is None and ns.test_timeout == 150
+    assert ns.file == ["tests/kernels/test_gpu_cutlass_dsl.py"]
+    with pytest.raises(TypeError, match="no option"):
+        gputests.arguments(sandbx="bwrap")
+
+
 def test_paired_reports_each_condition_with_the_injected_size(
     chained: tuple[Path, str, float],
 ) -> None:
