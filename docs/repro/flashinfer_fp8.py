@@ -72,12 +72,16 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     s = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(q.size(-1))
     if causal:
-        sq, sk = q.size(0), k.size(0)
-        keep = torch.arange(sk, device=q.device)[None] <= torch.arange(sq, device=q.device)[
-            :, None
-        ] + (sk - sq)
-        s = s.masked_fill(~keep, float("-inf"))
+        s = bottom_right_causal(s)
     return torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v.float())
+
+
+def bottom_right_causal(s: torch.Tensor) -> torch.Tensor:
+    """Scores ``[h, n, m]`` with query i seeing keys up to ``i + m - n`` (FlashInfer's)."""
+    n, m = s.size(-2), s.size(-1)
+    rows = torch.arange(n, device=s.device)[:, None]
+    keep = torch.arange(m, device=s.device)[None] <= rows + (m - n)
+    return s.masked_fill(~keep, float("-inf"))
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -103,11 +107,7 @@ def fp8_emulated(
     scale = (sq * sk_h / math.sqrt(q8.size(-1))).view(-1, 1, 1)
     s = torch.einsum("qhd,khd->hqk", q8.float(), k) * scale
     if causal:
-        n, m = q8.size(0), k8.size(0)
-        keep = torch.arange(m, device=s.device)[None] <= torch.arange(n, device=s.device)[
-            :, None
-        ] + (m - n)
-        s = s.masked_fill(~keep, float("-inf"))
+        s = bottom_right_causal(s)
     p = torch.exp(s - s.amax(-1, keepdim=True))
     p8 = (p * 448.0).to(FP8).float() / p.sum(-1, keepdim=True)
     return torch.einsum("hqk,khd->qhd", p8, v) * (sv_h / 448.0).view(1, -1, 1)
