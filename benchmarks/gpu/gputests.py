@@ -97,10 +97,15 @@ def parse_junit(path: Path) -> dict[str, Any]:
 def _sandbox_setup(ctx: host.Context, mode: str) -> dict[str, Any]:
     """bubblewrap from the carried ``.deb``, kernelwatch importable from a clean
     environment (``host.site_namespace``), and a scratch folder whose ``out/`` the box
-    may write; ``error`` where the sandbox cannot start here (it fails closed)."""
+    may write; ``error`` where the sandbox cannot start here (it fails closed).
+
+    The service's wheels first: the worker's sandbox module reads recipes (pydantic)
+    and mirrors (SQLAlchemy), which a bare GPU image lacks (H100, 2026-12-06:
+    ``No module named 'sqlalchemy'`` before any test ran)."""
+    found: dict[str, Any] = {"mode": mode, "service_wheels": host.service_wheels(ctx)}
     from kernelwatch.worker.sandbox import Sandbox, SandboxUnavailable
 
-    found: dict[str, Any] = {"mode": mode, "debs": debs.install(ctx).get("versions")}
+    found["debs"] = debs.install(ctx).get("versions")
     found["namespace"] = host.site_namespace()
     os.environ["KW_SANDBOX"] = mode
     sandbox = Sandbox.from_env()

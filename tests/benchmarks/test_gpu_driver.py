@@ -127,6 +127,8 @@ def test_gputests_run_inside_the_workers_sandbox(tmp_path: Path) -> None:
     doc = _doc(tmp_path, "gputests")
     res = doc["result"]
     assert res["sandbox"]["mode"] == "bwrap" and "error" not in res["sandbox"]
+    # the sandbox module needs the service's wheels, which a bare GPU image lacks
+    assert "service_wheels" in res["sandbox"]
     (pytest_step,) = [s for s in doc["steps"] if s["name"] == "pytest"]
     assert Path(pytest_step["argv"][0]).name == "bwrap" and pytest_step["rc"] == 0
     # every GPU test ran and skipped there: no GPU on this machine
