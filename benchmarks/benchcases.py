@@ -25,6 +25,7 @@ from the repository root, as the benchmarks and the paired-mode tests do.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,13 +40,26 @@ SideCase = tuple[Callable[[Any], Any], Any]
 BASE_ITERS = 1000
 
 
-def gemm(m: int, n: int, k: int, dtype: str = "bfloat16", extra_iters: int = -1) -> SideCase:
+def gemm(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "bfloat16",
+    extra_iters: int = -1,
+    host_delay_us: float = 0.0,
+) -> SideCase:
+    """``host_delay_us``: the host busy-waits this long before each launch (a slow
+    Python wrapper: the GPU time stays, the launch note should name it)."""
     dt = getattr(torch, dtype)
     a = torch.randn(m, k, device="cuda", dtype=dt)
     b = torch.randn(k, n, device="cuda", dtype=dt)
     out = torch.empty(m, n, device="cuda", dtype=dt)
 
     def call(i: Any) -> Any:
+        if host_delay_us:
+            end = time.perf_counter() + host_delay_us * 1e-6
+            while time.perf_counter() < end:
+                pass
         torch.matmul(i[0], i[1], out=out)
         if extra_iters >= 0:
             spin(BASE_ITERS + extra_iters)

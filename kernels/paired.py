@@ -61,6 +61,7 @@ from typing import Any, TextIO
 
 from kernelwatch.kernels import stats
 from kernelwatch.kernels.exits import describe_exit
+from kernelwatch.kernels.launch import role_launch_s
 from kernelwatch.kernels.telemetry import blocks_reliable
 from kernelwatch.kernels.timing import Sampler, TimerConfig, make_sampler
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, decide
@@ -586,6 +587,10 @@ class PairedResult:
     host_late_retaken: int = 0
     host_late_kept: int = 0
     host_late_groups: int = 0  # groups left out of the verdict (``on_time_groups``)
+    # each role's host time to queue one call, the median over its sides' set-up
+    # (``timing.Sampler.host_launch_s``, ``launch.role_launch_s``); None off-GPU
+    host_launch_a: float | None = None
+    host_launch_b: float | None = None
     late_groups: list[bool] = field(default_factory=list)  # per group: a block kept one
     # where the time went (seconds): setup_s (wall until every side was set up),
     # setup_side_s / check_s (the slowest side's set-up and correctness check, and
@@ -907,6 +912,8 @@ def compare(
         host_late_kept=host_late[1],
         host_late_groups=left_out,
         late_groups=late_groups,
+        host_launch_a=role_launch_s(d.get("host_launch_s") for d in da),
+        host_launch_b=role_launch_s(d.get("host_launch_s") for d in db),
         costs=costs,
         screen=screen.rows,
         resetups=screen.resetups,

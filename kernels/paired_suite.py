@@ -71,6 +71,7 @@ import torch
 from kernelwatch.kernels import stats
 from kernelwatch.kernels.adapters import build_profile_skips
 from kernelwatch.kernels.device import pin_cpu_threads
+from kernelwatch.kernels.launch import launch_note
 from kernelwatch.kernels.paired import (
     UNSTEADY,
     CureLedger,
@@ -1018,6 +1019,9 @@ def _passed(
         detail=decision.detail,
         stage1=first.section(),
         confirmation=second.section() if second is not None else None,
+        baseline_host_launch_s=result.host_launch_a,
+        candidate_host_launch_s=result.host_launch_b,
+        launch_note=launch_note(result.host_launch_a, result.host_launch_b, result.b_median),
     )
     return record, paired
 

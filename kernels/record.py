@@ -91,6 +91,10 @@ class Timing:
     cuda_graph: samples replay a CUDA graph of ``calls_per_sample`` calls.
     stop_reason: what ended sampling (``"converged"``, ``"budget"``, ``"max_samples"``).
     timer: ``"cuda_event"`` on a GPU, ``"host_cpu"`` (process CPU time) on the CPU path.
+    host_launch_s: the host's median seconds to queue one call (the Python wrapper and
+    the driver's launch), not in ``median``: the samples time the GPU only (the host
+    guard queues a spin first). An eager caller waits on it where it exceeds the GPU
+    time; None on the CPU path, where the host's time is what is timed.
     """
 
     unit: str
@@ -108,6 +112,7 @@ class Timing:
     discarded: int = 0
     warmup_s: float = 0.0
     total_s: float = 0.0
+    host_launch_s: float | None = None
 
 
 @dataclass
@@ -261,6 +266,12 @@ class PairedSection:
     # ``inconclusive`` with a ``note`` that says so (``--gpu-budget``).
     gpu_s: float | None = None
     cost: dict[str, float] = field(default_factory=dict)
+    # The host's time to queue one call, per role (stage 1's set-up, ``kernels/launch.py``),
+    # and launch_note where it changed enough to matter beside the GPU time: reported,
+    # never judged (the verdict is GPU time's).
+    baseline_host_launch_s: float | None = None
+    candidate_host_launch_s: float | None = None
+    launch_note: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PairedSection:
@@ -420,6 +431,19 @@ def paired_section(record: Mapping[str, Any] | None) -> PairedSection | None:
     """
     data = (record or {}).get("paired")
     return None if data is None else PairedSection.from_dict(data)
+
+
+def launch_notes(records: Iterable[Mapping[str, Any] | None]) -> list[str]:
+    """``"kernel label: note"`` for each paired record whose host launch changed enough
+    to report (``PairedSection.launch_note``, ``kernels/launch.py``): never judged, shown
+    beside the verdict by ``show`` and the PR comment."""
+    out = []
+    for record in records:
+        section = paired_section(record)
+        if section is not None and section.launch_note and record is not None:
+            name = f"{record.get('kernel', '?')} {case_label(record.get('params') or {})}"
+            out.append(f"{name.strip()}: {section.launch_note}")
+    return out
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,11 @@ class Sampler:
         """The host guard's spin and counts so far (``HostGuard``); none off-GPU."""
         return {}
 
+    def host_launch_s(self) -> float | None:
+        """The host's median time to queue one call (``Timing.host_launch_s``); None
+        where the timer is the host's own clock (the CPU path times the host already)."""
+        return None
+
     def late_samples(self) -> tuple[int, int]:
         """Samples so far whose host queued the call late: (taken again, kept at the cap)."""
         return 0, 0
@@ -277,6 +282,8 @@ class _CudaSampler(Sampler):
         self.busy_s, self.busy_iters = 0.0, 0  # sized after warm-up (_size_keep_busy)
         self.copies = 1  # input copies a graph rotates over (_graph_sampler)
         self.guard = HostGuard(iters=0, max_iters=0)  # sized after warm-up
+        # the host's seconds to queue one call: set-up's calls, then every launched sample
+        self.host_launch: list[float] = []
         start = time.perf_counter()
         per_call, self.steady_mhz = self._warmup()
         self._size_keep_busy()
@@ -305,8 +312,12 @@ class _CudaSampler(Sampler):
             "copies": self.copies,
             "steady_sm_mhz": self.steady_mhz,
             "warmup_s": self.warmup_s,
+            "host_launch_s": self.host_launch_s(),
             **self.host_guard_state(),
         }
+
+    def host_launch_s(self) -> float | None:
+        return stats.median(self.host_launch) if self.host_launch else None
 
     def host_guard_state(self) -> dict[str, Any]:
         """The spin before each start event now, and the samples the host queued late."""
@@ -399,6 +410,7 @@ class _CudaSampler(Sampler):
             discarded,
             self.warmup_s,
             start,
+            self.host_launch_s(),
         )
         tele = self._summary()
         if block_clocks:
@@ -493,6 +505,7 @@ class _CudaSampler(Sampler):
             self.call(self.inputs)
             host.append(time.perf_counter() - s)
             torch.cuda.synchronize(self.device)
+        self.host_launch.extend(host)
         self.busy_s = min(2e-3, max(30e-6, 3 * stats.median(host) + 20e-6))
         self.busy_iters = iters_for(self.busy_s, self.device.index or 0)
 
@@ -505,7 +518,9 @@ class _CudaSampler(Sampler):
             if guard or not cold:  # before the guard, the cold path trusted the flush
                 self._keep_busy()
             begin.record()
+            queued = time.perf_counter()
             self.call(self.inputs)
+            self.host_launch.append(time.perf_counter() - queued)
             late = self._late(begin)
             end.record()
             return late
@@ -616,6 +631,7 @@ def _timing(
     discarded: int,
     warmup_s: float,
     start: float,
+    host_launch_s: float | None = None,
 ) -> Timing:
     if not samples:
         raise RuntimeError("no samples kept: every batch was taken below the clock floor")
@@ -636,4 +652,5 @@ def _timing(
         discarded=discarded,
         warmup_s=warmup_s,
         total_s=time.perf_counter() - start,
+        host_launch_s=host_launch_s,
     )

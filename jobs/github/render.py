@@ -37,6 +37,10 @@ _CASE_ICON: dict[str, str] = {
 }
 
 
+# the PR comment names this many cases whose host launch changed; the run lists all
+LAUNCH_SHOWN = 5
+
+
 def fmt_time(seconds: float | None) -> str:
     return seconds_text(seconds)
 
@@ -193,6 +197,12 @@ def render_comment(
     for c in verdict.classes:
         if c.moved:
             out += ["", *_moved_table(c)]
+    for c in verdict.classes:
+        if c.launch_notes:  # reported beside the verdict, never judged (kernels/launch.py)
+            out += ["", f"Host launch changed on {code_span(c.device_class)} (not gated):", ""]
+            out += [f"- {inert(_clip(note, 300))}" for note in c.launch_notes[:LAUNCH_SHOWN]]
+            if len(c.launch_notes) > LAUNCH_SHOWN:
+                out.append(f"- and {len(c.launch_notes) - LAUNCH_SHOWN} more (see the run)")
     ignored = list(dict.fromkeys(note for c in verdict.classes for note in c.ignored_config))
     if ignored:
         out += [

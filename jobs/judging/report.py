@@ -30,6 +30,7 @@ from kernelwatch.jobs.judging.verdicts import (
 )
 from kernelwatch.kernels.record import (
     accuracy_of,
+    launch_notes,
     price_of,
     remeasure_of,
     telemetry_counts,
@@ -176,6 +177,8 @@ def run_summary(session: Session, run: Run, *, all_cases: bool = True) -> dict[s
         "price": _price(rows, run.device_class),
         # each commit environment the run used: built (seconds) or from the cache
         "environments": [asdict(b) for b in environments(run.build_log or "")],
+        # cases whose host launch changed enough to report, never judged (kernels/launch.py)
+        "launch": launch_notes(row[0].record for row in rows),
         "cases": cases,
     }
 
@@ -387,4 +390,7 @@ def format_run(summary: dict[str, Any]) -> str:
         lines += error_lines(c["error"], "      ")
         if c.get("note"):
             lines.append(f"      ({c['note']})")
+    if summary.get("launch"):
+        lines.append("  host launch changed (reported, not gated):")
+        lines += [f"    {note}" for note in summary["launch"]]
     return "\n".join(lines)

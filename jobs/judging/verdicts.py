@@ -46,6 +46,7 @@ from kernelwatch.jobs.judging.compose import (
 from kernelwatch.kernels.record import (
     Price,
     accuracy_of,
+    launch_notes,
     paired_section,
     price_of,
     telemetry_counts,
@@ -138,6 +139,8 @@ class ClassVerdict:
     # what the baseline commit is to a reader (``compose.baseline_word``): merge-base,
     # parent or baseline
     baseline_word: str = "baseline"
+    # cases whose host launch changed enough to report, never judged (``record.launch_notes``)
+    launch_notes: tuple[str, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -224,6 +227,7 @@ def _make(
     telemetry: dict[str, int] | None = None,
     price: Price | None = None,
     cpu_timings_gate: bool | None = None,
+    launch: Sequence[str] = (),
 ) -> ClassVerdict:
     tele = telemetry or {}
     return ClassVerdict(
@@ -247,6 +251,7 @@ def _make(
         price=price or Price(),
         cpu_timings_gate=cpu_timings_gate,
         baseline_word=baseline_word(run.trigger),
+        launch_notes=tuple(launch),
     )
 
 
@@ -366,6 +371,7 @@ def _compose(session: Session, device_class: str, runs: Sequence[Run]) -> ClassV
         telemetry=telemetry_counts(result.record for result, _ in picked),
         price=price_of(result.record for result, _ in picked),
         cpu_timings_gate=gates_cpu,
+        launch=launch_notes(result.record for result, _ in picked),
     )
 
 

@@ -81,6 +81,9 @@ def test_a_slow_host_launch_is_not_timed_with_the_kernel() -> None:
     assert slow.telemetry["host_late_kept"] == 0
     assert slow.telemetry["keep_busy_s"] > 300e-6
     assert unguarded.timing.median > 1.5 * plain.timing.median  # what the guard removes
+    # ... and what the record still says about the host: its launch, beside the GPU time
+    assert slow.timing.host_launch_s is not None and slow.timing.host_launch_s > 300e-6
+    assert plain.timing.host_launch_s is not None and plain.timing.host_launch_s < 150e-6
 
 
 def test_peak_probe_measures_plausible_ceilings() -> None:
@@ -110,6 +113,7 @@ def test_bench_runs_the_first_suite_natively(tmp_path: Path) -> None:
 
 
 def test_paired_mode_across_two_processes_on_the_gpu() -> None:
+    from kernelwatch.kernels.launch import launch_note
     from kernelwatch.kernels.paired import PairedConfig, Side, compare
     from kernelwatch.kernels.spin import iters_for
 
@@ -126,6 +130,15 @@ def test_paired_mode_across_two_processes_on_the_gpu() -> None:
         same = compare(a, b, factory, params, params, cfg)
         assert same.verdict in ("unchanged", "inconclusive"), same
         assert 0.99 < same.ratio < 1.01
+        assert same.host_launch_a and same.host_launch_b  # each role's launch, measured
+        assert launch_note(same.host_launch_a, same.host_launch_b, same.b_median) == ""
+        # a wrapper 200 us slower to launch: the GPU time is unchanged, the note says so
+        wrapped = compare(a, b, factory, params, {**params, "host_delay_us": 200.0}, cfg)
+        assert wrapped.verdict in ("unchanged", "inconclusive"), wrapped
+        assert wrapped.host_launch_b > wrapped.host_launch_a + 150e-6
+        assert "slower" in launch_note(
+            wrapped.host_launch_a, wrapped.host_launch_b, wrapped.b_median
+        )
     finally:
         a.close()
         b.close()

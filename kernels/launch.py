@@ -1,0 +1,59 @@
+"""The host's launch time beside a paired verdict: a note, never a verdict.
+
+The gate judges GPU time: the timer's host guard queues a spin before every timed call,
+so the samples hold the kernel and not the Python wrapper that launched it
+(``timing.HostGuard``). That is the right thing to gate on, and it hides one real change:
+a wrapper that got slower to launch. An eager caller (no CUDA graph, no torch.compile)
+waits on the host where its launch outlasts the kernel. FlashAttention-3's 59df2f9b
+rewrote ``flash_attn_interface.py`` for torch.compile. Before the guard existed,
+kernelwatch bisected a 1.68x slowdown on a 115 µs prefill to it; with the guard the
+kernel reads 1.0004 (H200, 2026-12-06). A launch of about 110 µs fits the old figure.
+
+Each side measures its host's time to queue one call (``Timing.host_launch_s``). Where
+the two roles differ by ``LAUNCH_RATIO`` or more, and the slower launch is at least
+``LAUNCH_SHARE`` of the GPU time per call, the paired record carries a note that says
+so. It never moves the verdict: the host's time is a CPU's and a loaded host's, and
+blocking a merge on it would block on the machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from kernelwatch.kernels import stats
+
+# A change of a quarter or more in the median launch; the sides set up together on a
+# busy host, so smaller differences are the machine's.
+LAUNCH_RATIO = 1.25
+# ... of a launch long enough to matter beside the kernel it queues.
+LAUNCH_SHARE = 0.25
+
+
+def role_launch_s(per_side: Iterable[float | None]) -> float | None:
+    """A role's launch time: the median of its sides' medians (None where none said)."""
+    values = [v for v in per_side if v is not None and math.isfinite(v) and v > 0]
+    return stats.median(values) if values else None
+
+
+def launch_note(baseline_s: float | None, candidate_s: float | None, gpu_s: float | None) -> str:
+    """The note a paired record carries about the host's launch, or ``""``.
+
+    ``gpu_s``: the candidate's GPU time per call (the verdict's median).
+    """
+    if not baseline_s or not candidate_s or not gpu_s or gpu_s <= 0:
+        return ""
+    ratio = candidate_s / baseline_s
+    if 1 / LAUNCH_RATIO < ratio < LAUNCH_RATIO:
+        return ""
+    if max(baseline_s, candidate_s) < LAUNCH_SHARE * gpu_s:
+        return ""
+    word = "slower" if ratio > 1 else "faster"
+    return (
+        f"host launch {baseline_s * 1e6:.1f} → {candidate_s * 1e6:.1f} µs a call "
+        f"({ratio:.2f}x, {word}; GPU {gpu_s * 1e6:.1f} µs): an eager caller waits on it; "
+        "the verdict judges GPU time only"
+    )
+
+
+__all__ = ["LAUNCH_RATIO", "LAUNCH_SHARE", "launch_note", "role_launch_s"]
