@@ -147,7 +147,7 @@ def fp8_part(budget: float) -> list[dict[str, Any]]:
         rows.append(
             {
                 "case": label,
-                "tile": cd.tile_config(m, n).label,
+                "tile": cd.tile_config(m, n, k=k).label,
                 "cute_us": cute_s * 1e6,
                 "cute_tflops": fl / cute_s / 1e12,
                 "cute_rel_l2": cute_err,

@@ -37,7 +37,7 @@ def _bench(result: dict[str, Any]) -> list[str]:
     lines = [f"{head} tile        CuTe/cuBLAS"]
     for r in result.get("compare", []):
         p = r["params"]
-        tile = tile_config(int(p["m"]), int(p["n"])).label
+        tile = tile_config(int(p["m"]), int(p["n"]), k=int(p["k"])).label
         ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
         lines.append(
             f"{r['case']:<32} {_time(r['cublas'])} | {_time(r['cutlass_dsl'])} {tile:<11} {ratio}"

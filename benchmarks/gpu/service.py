@@ -109,8 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start at the K-th commit (1-based), the first run's baseline: "
                    "a later call takes up where a deadline cut an earlier one")  # fmt: skip
     p.add_argument("--dsl-tile", action="append", metavar="MxN[/AxB]",
-                   help="CuTe DSL tiles (and clusters), one commit each, paired in order "
-                   "(default 64x64 then 128x256)")  # fmt: skip
+                   help="CuTe DSL tiles (and clusters), one commit each, paired in order; "
+                   "'default' leaves the tile to the adapter (default 64x64 then "
+                   "128x256)")  # fmt: skip
     p.add_argument("--dsl-suite", default="gemm", help="the CuTe DSL runs' suite")
     p.add_argument("--case", default=None, help="only cases matching (run --case)")
     p.add_argument("--budget", type=float, default=None, help="sampling s per case (0.5; CPU 0.2)")
@@ -186,14 +187,21 @@ def dsl_repo(work: Path, examples: Path, tiles: list[str], suite: str) -> tuple[
     return repo, shas
 
 
+# ``--dsl-tile default``: a recipe that names no tile, so the adapter picks one per shape
+# (``cutlass_dsl.tile_config``: 128x256, or the thin tile the H100 measured best)
+DEFAULT_TILE = "default"
+
+
 def dsl_tile_env(spec: str) -> dict[str, str]:
     """``MxN`` or ``MxN/AxB`` (tile, cluster) as the adapter's recipe variables, checked by
-    the adapter's own parser before they reach a recipe. The H100's sweep (2026-12-05)
-    found cluster 1x2 the best thin tile (64x64/1x2: 18.0 µs against 20.4 with 1x1 at
-    64x4096x4096), so a commit may name its cluster too."""
+    the adapter's own parser before they reach a recipe; ``default`` names none. The
+    H100's sweeps (2026-12-05, 2026-12-06) found the best thin tile per shape, so a
+    commit may name its cluster too, or leave both to the adapter."""
     # imported here: the driver's parser builds before kernelwatch is importable
     from kernelwatch.kernels.adapters.cutlass_dsl import CLUSTER_ENV, TILE_ENV, tile_config
 
+    if spec == DEFAULT_TILE:
+        return {}
     tile, slash, cluster = spec.partition("/")
     env = {TILE_ENV: tile, **({CLUSTER_ENV: cluster} if cluster else {})}
     try:

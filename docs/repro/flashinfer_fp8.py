@@ -6,7 +6,8 @@ Standalone: torch and flashinfer only, no kernelwatch. Run on an H100/H200:
 
 Measured on the H200 (2026-12-04, docs/measurement.md §15e): finding 1 reads 0.573
 (8/8) and 0.564 (8/2) under FlashInfer 0.5.3 and 0.6.0 alike, digit for digit. The
-sweep over the sequence length after it is not yet measured.
+sweep over the sequence length, on an H100 (2026-12-06, §25c): 0.838 at 64 down to 0.573
+at 4096, causal; 0.458 non-causal at 64; 0.027 non-causal at 4096.
 
 1. ``single_prefill_with_kv_cache`` on e4m3 q/k/v with per-head scales (the convention
    of FlashInfer's own ``tests/attention/test_hopper_fp8_attention.py``: scale =
@@ -31,20 +32,28 @@ sweep over the sequence length after it is not yet measured.
    SM90; 0.5.3 always planned FA2 there. FlashInfer #2400 and #2530 (merged 2026-02-09)
    say the same. The decode finding times ``backend="fa2"`` beside ``"auto"``.
 
-Finding 1 read from FlashInfer 0.6.0's source (2026-12-06, no GPU): the call above is
-the library's own test's, and ``auto`` resolves to the same FA3 FP8 kernel
-(``hopper/quantization/``). That kernel folds ``scale_q * scale_k`` into the softmax
+Finding 1, diagnosed (2026-12-06): **FlashInfer's bug, fixed on main, in no release
+yet**. The call above is the library's own test's, and ``auto`` resolves to the FA3 FP8
+kernel (``hopper/quantization/``). That kernel folds ``scale_q * scale_k`` into the softmax
 scale, quantizes P as e4m3(448 * P) and multiplies the output by ``scale_v / 448``
-(``hopper/variants.cuh``, ``StandardFP8Attention``); it transposes V in shared memory
-itself. An exact emulation of that arithmetic on these inputs reads 0.017-0.021, so
-0.56-0.84 is a defect of the kernel, not of the scale convention. The error falls with
-the sequence length: a fault confined to the first query rows fits it (rows 0-63 hold
-43.5 % of the reference's energy at 4096: 0.838 x sqrt(0.435) = 0.553). One candidate in
-the source: no ``fence_view_async_shared`` between the V transpose's shared-memory
-stores and the WGMMA that reads them (``quantization/kernel_traits.cuh``), which FA3
-added in 7a802796. This script now prints what decides it: the emulation's error, the
-kernel's error per band of query rows, and whether two identical calls agree bit for bit
-(a race would not).
+(``hopper/variants.cuh``). An exact emulation of that arithmetic reads 0.016-0.026 on
+these inputs. The kernel's mask writes ``-math::inf`` = **-5e4** into the *raw*
+accumulator ``q8 · k8`` before the scale applies (``quantization/mainloop_mma.cuh``,
+``attention_updater.cuh:168``, ``math.cuh:32``). Raw FP8 logits reach ±448², and
+``scale_q * scale_k / sqrt(d)`` is ~1e-5 here, so a masked key scores about -0.5, not
+-inf. Every masked key of a visited tile then counts: the causally hidden ones with
+their V, and those past the sequence's end (zero-filled K and V) in the row sum.
+``fp8_emulated(..., finite_mask=True)`` models exactly that, with 128-query and 192-key
+tiles. On the CPU it gives 0.562 / 0.850 / 0.773 / 0.744 / 0.699 / 0.630 for causal 4096 /
+64 / 128 / 192 / 384 / 1024, 0.465 for non-causal 64, and 0.028 for non-causal 4096. An
+H100 measured 0.573 / 0.838 / 0.777 / 0.745 / 0.701 / 0.635, 0.458 and 0.027, bitwise
+repeatable (docs/measurement.md §25c). Full tiles with no mask are right; that is why
+non-causal 4096 passes. FlashInfer d7f2c6464 ("fix(attention): handle extreme negative
+logits in masked softmax", #4401, 2026-08-20) makes ``math::inf`` a true infinity. It is
+on main and in no tag up to v0.6.18rc7. FlashInfer's own FP8 test asserts only ``MSE <
+1.0`` against the 16-bit kernel, which these outputs pass. Each prefill line prints the
+kernel's distance from the model (``rel_l2_fp8_vs_finite_mask_model``, ~0.02 where the
+model holds).
 """
 
 from __future__ import annotations
@@ -96,21 +105,51 @@ def fp8_emulated(
     sk: torch.Tensor,
     sv: torch.Tensor,
     causal: bool,
+    finite_mask: bool = False,
 ) -> torch.Tensor:
     """What FlashInfer's FA3 FP8 kernel is written to compute (``hopper/variants.cuh``):
     scores scaled by ``sq * sk / sqrt(d)``, P = e4m3(448 * exp(s - rowmax)), the row
     sums of the unquantized P, the output times ``sv / 448``. One softmax over the whole
-    row (the kernel's running max only rescales, it quantizes against a smaller max)."""
+    row (the kernel's running max only rescales, it quantizes against a smaller max).
+
+    ``finite_mask``: the defect as 0.6.0's source has it. The mask writes ``-5e4``
+    (``math::inf``) into the *raw* FP8 accumulator ``q8 · k8``, before the softmax scale
+    ``sq * sk / sqrt(d)`` applies (``quantization/mainloop_mma.cuh``,
+    ``attention_updater.cuh``). Raw FP8 logits reach ±448² and the scale is ~1e-5, so a
+    masked key's logit is about -0.5, not -inf. Every masked key of the KV tiles a
+    query tile visits (128 queries, 192 keys: ``quantization/prefill_sm90.cuh``) then
+    counts. That covers the causally hidden ones, with their V, and those past the end
+    (zero-filled K and V). FlashInfer d7f2c6464 (#4401, main, 2026-08-20) makes it -inf.
+    """
     group = q8.size(1) // k8.size(1)
     k, v = k8.float().repeat_interleave(group, 1), v8.float().repeat_interleave(group, 1)
     sk_h, sv_h = sk.repeat_interleave(group), sv.repeat_interleave(group)
     scale = (sq * sk_h / math.sqrt(q8.size(-1))).view(-1, 1, 1)
-    s = torch.einsum("qhd,khd->hqk", q8.float(), k) * scale
-    if causal:
-        s = bottom_right_causal(s)
+    n, m = q8.size(0), k8.size(0)
+    pad = -m % KV_TILE if finite_mask else 0  # keys past the end: zero K and V (TMA fill)
+    k = torch.cat([k, k.new_zeros(pad, *k.shape[1:])])
+    v = torch.cat([v, v.new_zeros(pad, *v.shape[1:])])
+    raw = torch.einsum("qhd,khd->hqk", q8.float(), k)
+    rows = torch.arange(n, device=raw.device)[:, None]
+    keys = torch.arange(m + pad, device=raw.device)[None]
+    seen = rows + (m - n) + 1 if causal else torch.full_like(rows, m)  # keys a row may see
+    hidden = keys >= seen
+    if finite_mask:
+        # the query tile's loop visits whole KV tiles up to its last row's limit
+        last = (rows // Q_TILE + 1) * Q_TILE + (m - n) if causal else torch.full_like(rows, m)
+        visited = keys < (last.clamp(max=m) + KV_TILE - 1) // KV_TILE * KV_TILE
+        raw = raw.masked_fill(hidden, -MASK_FILL).masked_fill(~visited, float("-inf"))
+    else:
+        raw = raw.masked_fill(hidden, float("-inf"))
+    s = raw * scale
     p = torch.exp(s - s.amax(-1, keepdim=True))
     p8 = (p * 448.0).to(FP8).float() / p.sum(-1, keepdim=True)
     return torch.einsum("hqk,khd->qhd", p8, v) * (sv_h / 448.0).view(1, -1, 1)
+
+
+# FlashInfer 0.6.0's FP8 prefill at head_dim 128 (``quantization/prefill_sm90.cuh``):
+# the tiles its loops walk, and the mask's fill in raw accumulator units (``math::inf``)
+Q_TILE, KV_TILE, MASK_FILL = 128, 192, 5e4
 
 
 # bands of query rows: the first 128 are the kernel's first query tile, whose whole
@@ -146,6 +185,10 @@ def prefill(fi: Any, seq: int, hq: int, hk: int, causal: bool = True) -> dict[st
         "rel_l2_fp8_emulated_vs_fp32_ref": rel_l2(emulated, ref),
         "rel_l2_fp8_vs_emulated": rel_l2(out, emulated),
         "rel_l2_fp8_by_rows": banded(out, ref),
+        # the finite mask's model: ~0.02 (rounding) if -5e4 in raw units is the defect
+        "rel_l2_fp8_vs_finite_mask_model": rel_l2(
+            out, fp8_emulated(q8, k8, v8, sq, sk, sv, causal, finite_mask=True)
+        ),
         # False: two identical calls disagree, a race (not a wrong formula)
         "bitwise_repeatable": bool(torch.equal(out, again)),
         "rel_l2_fp16_kernel_vs_fp32_ref": rel_l2(half, ref),

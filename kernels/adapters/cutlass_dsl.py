@@ -26,10 +26,11 @@ read at every call, so a CUDA graph's capture records the launch on its stream.
 Compile seconds go to ``compile_log()`` and, where ``KW_CUTLASS_DSL_COMPILE_LOG``
 names a file, one JSON line per compile there: a result record has no field for them.
 
-The tile choice is a first guess, not yet tuned on a GPU: 64×64 tiles for
-``m ≤ 64`` (more CTAs for thin GEMMs: the example has no split-K), else 128×256,
-cluster 1×1. ``CUTLASS_DSL_TILE=128x128`` / ``CUTLASS_DSL_CLUSTER=2x1`` override it
-for a whole run; ``run(case, TileConfig(...))`` for one call. The tile is the code
+The tile: 128×256 for ``m > 64``; for thin GEMMs (``m ≤ 64``, decode-sized) the one
+the H100 measured best for the output's width and the depth (``thin_tile``), cluster
+1×1 unless a long k pays for 1×2. ``CUTLASS_DSL_TILE=128x128`` /
+``CUTLASS_DSL_CLUSTER=2x1`` override it for a whole run; ``run(case,
+TileConfig(...))`` for one call. The tile is the code
 under test's choice, not the service's, so the names carry no ``KW_`` prefix: a
 ``.kernelwatch.toml`` recipe sets them (``[install] env``), and a paired run of two
 commits whose recipes name two tiles compares the two configurations.
@@ -92,11 +93,38 @@ def _pair(text: str | None, what: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def tile_config(m: int, n: int, env: dict[str, str] | None = None) -> TileConfig:
-    """The tile and cluster for an ``m × n`` output (see the module docstring)."""
+# Thin GEMMs (m <= 64): the grid is n / tile-N CTAs, and the example has no split-K, so
+# the tile trades CTAs for work per CTA. Measured on an H100 (2026-12-06,
+# docs/measurement.md §25b, §25e) over Llama-3-8B's four projections at 64 tokens: 64x64
+# everywhere left them at 1.12-1.37x of cuBLAS; per shape the best tile reads 1.00-1.36x
+# (64x4096x4096 stays 1.36x at every tile: 64 CTAs on 132 SMs).
+WIDE_N = 16384  # gate_up (n = 28672): 64x256, 87.6 µs against 95.2 for 64x64
+MID_N = 4096  # qkv (n = 6144): 64x128, 23.1 against 24.8 (and 1x2 lost 2.2 %, paired)
+DEEP_K = 8192  # down (k = 14336): 64x64 in a 1x2 cluster, 5.4 % faster, paired
+
+
+def thin_tile(n: int, k: int) -> TileConfig:
+    """The tile for a ``64 × n`` output over depth ``k`` (the constants above)."""
+    if n >= WIDE_N:
+        return TileConfig((64, 256))
+    if n > MID_N:
+        return TileConfig((64, 128))
+    if k >= DEEP_K:
+        return TileConfig((64, 64), (1, 2))
+    return TileConfig((64, 64))
+
+
+def tile_config(m: int, n: int, env: dict[str, str] | None = None, *, k: int = 0) -> TileConfig:
+    """The tile and cluster for an ``m × n`` output over depth ``k`` (see the module
+    docstring). A tile named in the environment comes with its own cluster, 1×1 unless
+    named too: a recipe that names a tile means that configuration, not a default's."""
     env = dict(os.environ) if env is None else env
-    tile = _pair(env.get(TILE_ENV), TILE_ENV) or ((64, 64) if m <= 64 else (128, 256))
-    return TileConfig(tile, _pair(env.get(CLUSTER_ENV), CLUSTER_ENV) or (1, 1))
+    default = thin_tile(n, k) if m <= 64 else TileConfig((128, 256))
+    tile = _pair(env.get(TILE_ENV), TILE_ENV)
+    cluster = _pair(env.get(CLUSTER_ENV), CLUSTER_ENV)
+    if tile is None:
+        return TileConfig(default.tile, cluster or default.cluster)
+    return TileConfig(tile, cluster or (1, 1))
 
 
 def unsupported(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> str | None:
@@ -199,7 +227,7 @@ def run(case: Inputs, config: TileConfig | None = None) -> torch.Tensor:
     if why:
         raise Unavailable(why)
     dsl = load()
-    cfg = config or tile_config(a.size(0), w.size(0))
+    cfg = config or tile_config(a.size(0), w.size(0), k=a.size(1))
     cache = case.setdefault(CACHE_KEY, {})
     views = [_view(dsl, t, cache) for t in (a, w, out)]
     stream = dsl.driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
@@ -240,6 +268,7 @@ __all__ = [
     "gemm_grouped",
     "gemm_grouped_fp8_rowwise",
     "run",
+    "thin_tile",
     "tile_config",
     "unsupported",
 ]

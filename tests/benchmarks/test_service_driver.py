@@ -310,15 +310,16 @@ def test_cute_dsl_commits_differ_in_the_recipes_tile_only(tmp_path: Path) -> Non
     (examples / "kw-source.json").write_text('{"ref": "v4.3.5"}')
     assert service.dsl_examples(tmp_path / "src") == examples
     assert service.carried("cutlass-dsl", tmp_path / "src")
-    tiles = ["64x64", "128x256", "64x64/1x2"]
+    tiles = ["64x64", "128x256", "64x64/1x2", service.DEFAULT_TILE]
     repo, shas = service.dsl_repo(tmp_path / "work", examples, tiles, "gemm")
-    assert len(shas) == 3
+    assert len(shas) == 4
     changed = git("diff", "--name-only", shas[0], shas[1], cwd=repo).split()
     assert changed == [".kernelwatch.toml"]
     wanted = [
         {cutlass_dsl.TILE_ENV: "64x64"},
         {cutlass_dsl.TILE_ENV: "128x256"},
         {cutlass_dsl.TILE_ENV: "64x64", cutlass_dsl.CLUSTER_ENV: "1x2"},
+        {},  # ``default``: the adapter picks the tile per shape
     ]
     for sha, env in zip(shas, wanted, strict=True):
         cfg = parse(git("show", f"{sha}:.kernelwatch.toml", cwd=repo))
@@ -326,7 +327,7 @@ def test_cute_dsl_commits_differ_in_the_recipes_tile_only(tmp_path: Path) -> Non
         assert cfg.install.env == env
         assert cfg.library.module == "kernelwatch.kernels.adapters.cutlass_dsl"
     assert (repo / "cutedsl_examples" / "hopper" / "dense_gemm.py").is_file()
-    assert service._commits(shas) == ["--range", f"{shas[0]}..{shas[2]}", "--paired"]
+    assert service._commits(shas) == ["--range", f"{shas[0]}..{shas[3]}", "--paired"]
     for bad in ("64x64/1x2/2", '64x64" }\n[evil]', "x64", "64x64/"):
         with pytest.raises(ValueError, match="MxN or MxN/AxB"):
             service.dsl_tile_env(bad)

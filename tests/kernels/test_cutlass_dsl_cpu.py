@@ -89,9 +89,24 @@ def test_an_example_of_another_release_is_refused() -> None:
 
 def test_tiles_follow_the_shape_unless_overridden() -> None:
     assert cd.tile_config(64, 4096, {}) == cd.TileConfig((64, 64), (1, 1))
-    assert cd.tile_config(4096, 4096, {}).label == "128x256/1x1"
+    assert cd.tile_config(4096, 4096, {}, k=14336).label == "128x256/1x1"
+    # thin GEMMs, Llama-3-8B's projections at 64 tokens: the tile the H100 measured best
+    thin = {  # (n, k): the tile
+        (4096, 4096): "64x64/1x1",  # o
+        (6144, 4096): "64x128/1x1",  # qkv
+        (28672, 4096): "64x256/1x1",  # gate_up
+        (4096, 14336): "64x64/1x2",  # down: the long k pays for a cluster
+    }
+    for (n, k), label in thin.items():
+        assert cd.tile_config(64, n, {}, k=k).label == label, (n, k)
+        assert cd.tile_config(16, n, {}, k=k).label == label  # any m of one M tile
     over = {cd.TILE_ENV: "128x128", cd.CLUSTER_ENV: "2x1"}
     assert cd.tile_config(64, 64, over).label == "128x128/2x1"
+    # a recipe's tile means that configuration: its cluster is 1x1 unless named too
+    named = {cd.TILE_ENV: "64x64"}
+    assert cd.tile_config(64, 4096, named, k=14336).label == "64x64/1x1"
+    # a cluster alone keeps the shape's tile
+    assert cd.tile_config(64, 6144, {cd.CLUSTER_ENV: "1x2"}, k=4096).label == "64x128/1x2"
     with pytest.raises(ValueError, match="128x256"):
         cd.tile_config(64, 64, {cd.TILE_ENV: "big"})
 
