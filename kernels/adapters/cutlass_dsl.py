@@ -96,7 +96,7 @@ def _pair(text: str | None, what: str) -> tuple[int, int] | None:
 # Thin GEMMs (m <= 64): the grid is n / tile-N CTAs, and the example has no split-K, so
 # the tile trades CTAs for work per CTA. Measured on an H100 (2026-12-06,
 # docs/measurement.md §25b, §25e) over Llama-3-8B's four projections at 64 tokens: 64x64
-# everywhere left them at 1.12-1.37x of cuBLAS; per shape the best tile reads 1.00-1.36x
+# everywhere left them at 1.08-1.36x of cuBLAS; per shape the best tile reads 1.00-1.36x
 # (64x4096x4096 stays 1.36x at every tile: 64 CTAs on 132 SMs).
 WIDE_N = 16384  # gate_up (n = 28672): 64x256, 87.6 µs against 95.2 for 64x64
 MID_N = 4096  # qkv (n = 6144): 64x128, 23.1 against 24.8 (and 1x2 lost 2.2 %, paired)
