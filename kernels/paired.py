@@ -115,9 +115,10 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
             elif cmd == "block":
                 assert samplers, "block before setup"
                 chosen = samplers[int(msg.get("placement", 0)) % len(samplers)]
-                before = chosen.late_samples()
+                before, mark = chosen.late_samples(), chosen.launch_mark()
                 values = chosen.block(int(msg["samples"]))
                 after = chosen.late_samples()
+                launches = chosen.launches_since(mark)
                 reply = {
                     "ok": True,
                     "values": values,
@@ -125,6 +126,8 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                     "reasons": chosen.last_reasons(),
                     # samples of this block the host queued late (retaken, kept anyway)
                     "host_late": [n - m for n, m in zip(after, before, strict=True)],
+                    # the host's median time to queue one call in this block (None off-GPU)
+                    "host_launch_s": stats.median(launches) if launches else None,
                 }
             elif cmd == "quit":
                 reply = {"ok": True}
@@ -587,10 +590,20 @@ class PairedResult:
     host_late_retaken: int = 0
     host_late_kept: int = 0
     host_late_groups: int = 0  # groups left out of the verdict (``on_time_groups``)
-    # each role's host time to queue one call, the median over its sides' set-up
-    # (``timing.Sampler.host_launch_s``, ``launch.role_launch_s``); None off-GPU
-    host_launch_a: float | None = None
-    host_launch_b: float | None = None
+    # each side's host time to queue one call, the median over its timed blocks
+    # (``timing.Sampler.launches_since``), one per pair that timed; empty off-GPU
+    launch_a: list[float] = field(default_factory=list)
+    launch_b: list[float] = field(default_factory=list)
+
+    @property
+    def host_launch_a(self) -> float | None:
+        """Role A's launch: the median of its sides' (``launch.role_launch_s``)."""
+        return role_launch_s(self.launch_a)
+
+    @property
+    def host_launch_b(self) -> float | None:
+        return role_launch_s(self.launch_b)
+
     late_groups: list[bool] = field(default_factory=list)  # per group: a block kept one
     # where the time went (seconds): setup_s (wall until every side was set up),
     # setup_side_s / check_s (the slowest side's set-up and correctness check, and
@@ -822,6 +835,8 @@ def compare(
     block_clocks: list[int | None] = []
     block_reasons: list[list[str]] = []
     host_late = [0, 0]  # retaken, kept late
+    # each side's per-block host launch medians, by pair: (role A's, role B's)
+    launches: dict[int, tuple[list[float], list[float]]] = {}
     late_groups: list[bool] = []
     reliability = blocks_reliable([])
     stop = "groups_max"
@@ -853,7 +868,10 @@ def compare(
         a_meds += [a1, a2]
         b_meds += [b1, b2]
         late_groups.append(False)
-        for r in (ra1, rb1, rb2, ra2):
+        side_launches = launches.setdefault(pair, ([], []))
+        for r, role in ((ra1, 0), (rb1, 1), (rb2, 1), (ra2, 0)):
+            if r.get("host_launch_s") is not None:
+                side_launches[role].append(float(r["host_launch_s"]))
             block_clocks.append(r.get("clock"))
             block_reasons.append(list(r.get("reasons") or []))
             retaken, kept = r.get("host_late") or (0, 0)
@@ -912,8 +930,8 @@ def compare(
         host_late_kept=host_late[1],
         host_late_groups=left_out,
         late_groups=late_groups,
-        host_launch_a=role_launch_s(d.get("host_launch_s") for d in da),
-        host_launch_b=role_launch_s(d.get("host_launch_s") for d in db),
+        launch_a=[stats.median(a) for a, _ in launches.values() if a],
+        launch_b=[stats.median(b) for _, b in launches.values() if b],
         costs=costs,
         screen=screen.rows,
         resetups=screen.resetups,

@@ -1021,7 +1021,7 @@ def _passed(
         confirmation=second.section() if second is not None else None,
         baseline_host_launch_s=result.host_launch_a,
         candidate_host_launch_s=result.host_launch_b,
-        launch_note=launch_note(result.host_launch_a, result.host_launch_b, result.b_median),
+        launch_note=launch_note(result.launch_a, result.launch_b, result.b_median),
     )
     return record, paired
 

@@ -130,15 +130,14 @@ def test_paired_mode_across_two_processes_on_the_gpu() -> None:
         same = compare(a, b, factory, params, params, cfg)
         assert same.verdict in ("unchanged", "inconclusive"), same
         assert 0.99 < same.ratio < 1.01
-        assert same.host_launch_a and same.host_launch_b  # each role's launch, measured
-        assert launch_note(same.host_launch_a, same.host_launch_b, same.b_median) == ""
+        assert same.launch_a and same.launch_b  # each role's launch, from its blocks
+        assert launch_note(same.launch_a, same.launch_b, same.b_median) == ""
         # a wrapper 200 us slower to launch: the GPU time is unchanged, the note says so
         wrapped = compare(a, b, factory, params, {**params, "host_delay_us": 200.0}, cfg)
         assert wrapped.verdict in ("unchanged", "inconclusive"), wrapped
+        assert wrapped.host_launch_a is not None and wrapped.host_launch_b is not None
         assert wrapped.host_launch_b > wrapped.host_launch_a + 150e-6
-        assert "slower" in launch_note(
-            wrapped.host_launch_a, wrapped.host_launch_b, wrapped.b_median
-        )
+        assert "slower" in launch_note(wrapped.launch_a, wrapped.launch_b, wrapped.b_median)
     finally:
         a.close()
         b.close()

@@ -925,3 +925,74 @@ def test_a_short_re_measure_must_fit_the_stages_time() -> None:
     assert next_attempt(3, 2, 4.0, 27.0, cfg) is None  # a long kernel's attempt never fits
     assert next_attempt(6, 2, 1.0, 0.1, cfg) is None  # attempts_max
     assert next_attempt(3, 2, 1.0, 0.1, PairedConfig()) is None  # off by default
+
+
+class _ScriptedSide:
+    """A side that answers the protocol from a script: a GPU's replies without one.
+
+    Set-up and blocks as a CUDA side sends them, each block with its host launch
+    median (``timing.Sampler.launches_since``): what ``compare`` does with them is
+    what is checked, the numbers are the test's.
+    """
+
+    def __init__(self, name: str, seconds: float, launches: list[float]) -> None:
+        self.name, self.found_off = name, 0
+        self.seconds, self.launches = seconds, list(launches)
+        self.pending: list[dict[str, Any]] = []
+        self.blocks = 0
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.pending.append(msg)
+
+    def receive(self, cmd: str, timeout_s: float | None = None) -> dict[str, Any]:
+        msg = self.pending.pop(0)
+        if msg["cmd"] == "setup":  # launch times at set-up are crowded: never used
+            return {"ok": True, "sample_s": self.seconds, "calls_per_sample": 1,
+                    "placements": 1, "info": {}, "device": {}, "setup_s": 0.0,
+                    "warmup_s": 0.0, "host_launch_s": 1.0}  # fmt: skip
+        self.blocks += 1
+        jitter = 1 + 0.0005 * ((self.blocks % 3) - 1)  # a real block is never exact
+        launch = self.launches[self.blocks % len(self.launches)]
+        return {"ok": True, "values": [self.seconds * jitter] * int(msg["samples"]),
+                "clock": 1980, "reasons": [], "host_late": [0, 0],
+                "host_launch_s": launch}  # fmt: skip
+
+    def ask(self, msg: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        self.send(msg)
+        return self.receive(str(msg["cmd"]), timeout_s)
+
+
+def _scripted_compare(launch_a: list[list[float]], launch_b: list[list[float]]) -> PairedResult:
+    gpu_s = 115e-6
+    a = [_ScriptedSide(f"A{i}", gpu_s, launches) for i, launches in enumerate(launch_a)]
+    b = [_ScriptedSide(f"B{i}", gpu_s, launches) for i, launches in enumerate(launch_b)]
+    return compare(cast(list[Side], a), cast(list[Side], b), "x:y", {}, {},
+                   PairedConfig(budget_s=2))  # fmt: skip
+
+
+def test_each_roles_launch_comes_from_its_sides_blocks_not_their_set_up() -> None:
+    """FA3's 59df2f9b: the kernel unchanged, the wrapper ~110 µs slower to launch."""
+    from kernelwatch.kernels.launch import launch_note
+
+    result = _scripted_compare([[12e-6, 13e-6, 11e-6]] * 4, [[110e-6, 120e-6, 105e-6], [98e-6]] * 2)
+    assert result.verdict == CaseVerdict.UNCHANGED
+    assert len(result.launch_a) == len(result.launch_b) == 4  # one median per side
+    assert result.host_launch_a == pytest.approx(12e-6, rel=0.1)  # not set-up's 1 s
+    assert result.host_launch_b == pytest.approx(104e-6, rel=0.1)
+    note = launch_note(result.launch_a, result.launch_b, result.b_median)
+    assert "slower" in note and "verdict judges GPU time only" in note
+
+
+def test_an_aa_pair_whose_sides_launches_overlap_gets_no_note() -> None:
+    """The H100's A/A pair whose set-up read 28.4 against 50.3 µs (2026-12-06): sides
+    of one code spread, and the roles' sides overlap, so no note."""
+    from kernelwatch.kernels.launch import launch_note
+
+    result = _scripted_compare(
+        [[28e-6], [52e-6], [30e-6], [49e-6]], [[50e-6], [27e-6], [51e-6], [29e-6]]
+    )
+    assert launch_note(result.launch_a, result.launch_b, result.b_median) == ""
+    # the roles' medians alone could differ by 1.5x: separation is what keeps it quiet
+    lopsided = _scripted_compare([[28e-6], [29e-6], [30e-6], [60e-6]],
+                                 [[45e-6], [46e-6], [29e-6], [47e-6]])  # fmt: skip
+    assert launch_note(lopsided.launch_a, lopsided.launch_b, lopsided.b_median) == ""

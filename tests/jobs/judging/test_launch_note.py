@@ -28,31 +28,38 @@ GPU_S = 115e-6  # FA3's GQA-8 prefix case
 
 
 def test_a_launch_that_grew_beside_the_kernel_is_named() -> None:
-    note = launch_note(12e-6, 110e-6, GPU_S)
+    note = launch_note([12e-6], [110e-6], GPU_S)
     assert "12.0 → 110.0 µs" in note and "slower" in note and "GPU 115.0 µs" in note
     assert "verdict judges GPU time only" in note
-    assert "faster" in launch_note(110e-6, 12e-6, GPU_S)
+    assert "faster" in launch_note([110e-6], [12e-6], GPU_S)
 
 
 @pytest.mark.parametrize(
     ("baseline", "candidate", "gpu", "why"),
     [
-        (12e-6, 12e-6 * (LAUNCH_RATIO - 0.01), GPU_S, "within the host's own spread"),
-        (2e-6, 20e-6, 1e-3, "10x, but both far below a 1 ms kernel"),
-        (None, 110e-6, GPU_S, "a side without a launch time (CPU path)"),
-        (12e-6, 110e-6, None, "no GPU time to compare with"),
+        ([12e-6], [12e-6 * (LAUNCH_RATIO - 0.01)], GPU_S, "within the host's own spread"),
+        ([2e-6], [20e-6], 1e-3, "10x, but both far below a 1 ms kernel"),
+        ([], [110e-6], GPU_S, "a role without a launch time (CPU path)"),
+        ([12e-6], [110e-6], None, "no GPU time to compare with"),
+        # medians 1.67x apart, but a candidate side launched as fast as a baseline one
+        ([30e-6, 30e-6, 60e-6], [50e-6, 50e-6, 29e-6], GPU_S, "the roles' sides overlap"),
     ],
 )
 def test_no_note_where_the_launch_did_not_change_or_does_not_matter(
-    baseline: float | None, candidate: float | None, gpu: float | None, why: str
+    baseline: list[float], candidate: list[float], gpu: float | None, why: str
 ) -> None:
     assert launch_note(baseline, candidate, gpu) == "", why
 
 
 def test_the_share_threshold_is_of_the_slower_launch() -> None:
     gpu = 100e-6
-    assert launch_note(1e-6, LAUNCH_SHARE * gpu, gpu) != ""
-    assert launch_note(1e-6, LAUNCH_SHARE * gpu * 0.99, gpu) == ""
+    assert launch_note([1e-6], [LAUNCH_SHARE * gpu], gpu) != ""
+    assert launch_note([1e-6], [LAUNCH_SHARE * gpu * 0.99], gpu) == ""
+
+
+def test_every_side_of_the_slower_role_must_be_slower() -> None:
+    apart = launch_note([11e-6, 12e-6, 13e-6], [100e-6, 110e-6, 120e-6], GPU_S)
+    assert "12.0 → 110.0 µs" in apart
 
 
 def test_a_roles_launch_is_the_median_of_its_sides() -> None:
@@ -62,7 +69,7 @@ def test_a_roles_launch_is_the_median_of_its_sides() -> None:
 
 
 def test_the_section_keeps_both_launches_and_the_note() -> None:
-    note = launch_note(12e-6, 110e-6, GPU_S)
+    note = launch_note([12e-6], [110e-6], GPU_S)
     section = PairedSection.from_dict(
         {
             "verdict": "unchanged",
@@ -85,7 +92,7 @@ def _launched(kernel: str, ratio: float, note: str) -> dict[str, Any]:
 
 
 def test_show_and_the_pr_comment_name_it_and_the_verdict_stays(session: Session) -> None:
-    note = launch_note(12e-6, 110e-6, GPU_S)
+    note = launch_note([12e-6], [110e-6], GPU_S)
     run = stored_run(
         session,
         "h100",
@@ -109,7 +116,7 @@ def test_show_and_the_pr_comment_name_it_and_the_verdict_stays(session: Session)
 
 
 def test_the_comment_names_a_few_and_counts_the_rest(session: Session) -> None:
-    note = launch_note(12e-6, 110e-6, GPU_S)
+    note = launch_note([12e-6], [110e-6], GPU_S)
     records = [_launched(f"k{i}", 1.0, note) for i in range(LAUNCH_SHOWN + 3)]
     run = stored_run(session, "h100", *records)
     assert analyze(session, run, Settings(cpu_timing_gates=True))
