@@ -4,7 +4,8 @@ Runs ``tests/kernels/test_gpu_kernels.py``, ``test_gpu_adapters.py`` and
 ``test_gpu_cutlass_dsl.py`` (or ``--file``) with ``-m gpu`` in the device python,
 bounded by the deadline. Libraries under test join the path: ``--flashinfer VERSION``
 installs the carried wheel, ``--with-path DIR`` adds a built library (an FA3 build
-from ``libraries``; ``cutlass-dsl`` passes the CuTe DSL's folders this way).
+from ``libraries``; ``cutlass-dsl`` passes the CuTe DSL's folders this way). The
+carried CuTe DSL examples join the path by themselves (``carried_examples``).
 Without a GPU every test skips (``tests/conftest.py``), which is what ``--cpu``
 shows: the plumbing, not the kernels.
 
@@ -141,9 +142,24 @@ def _boxed(
     )
 
 
+def carried_examples(src: Path, given: list[str]) -> list[str]:
+    """The carried CuTe DSL examples (``.src/cutedsl`` or ``.dsl/examples``), where
+    ``--with-path`` did not name them: the DSL's GPU tests skip without them, as they
+    did in a sandboxed H100 run of 2026-12-06 whose call carried ``.src`` but no flag."""
+    from benchmarks.gpu.service import dsl_examples
+
+    folder = dsl_examples(src)
+    if folder is None or any(Path(g).resolve() == folder.resolve() for g in given):
+        return []
+    return [str(folder.resolve())]
+
+
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     extra = list(args.with_path)
     notes: list[str] = []
+    for folder in carried_examples(host.SOURCES, extra):
+        extra.append(folder)
+        notes.append(f"the carried CuTe DSL examples on the path: {folder}")
     if args.flashinfer:
         path, why = host.flashinfer(ctx, args.flashinfer)
         notes.append(why)

@@ -293,3 +293,20 @@ def test_a_pool_start_is_its_wait_and_its_parts_are_not_counted_again() -> None:
     assert price is not None
     assert price["pool_start_s"] == pytest.approx(6.0)
     assert price["mean_s"] == pytest.approx((3.0 + 2.0) / 2)
+
+
+def test_the_carried_dsl_examples_join_the_tests_path_unless_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that carried ``.src`` without ``--with-path`` ran the DSL's 8 GPU tests
+    as skips (H100, 2026-12-06): the examples are found where ``service`` finds them."""
+    from benchmarks.gpu import host
+
+    monkeypatch.setattr(host, "ROOT", tmp_path)  # no checkout's own .dsl/ in the way
+    src = tmp_path / ".src"
+    assert gputests.carried_examples(src, []) == []  # nothing carried: nothing added
+    examples = src / "cutedsl"
+    (examples / "cutedsl_examples" / "hopper").mkdir(parents=True)
+    (examples / "kw-source.json").write_text('{"ref": "v4.3.5"}')
+    assert gputests.carried_examples(src, []) == [str(examples.resolve())]
+    assert gputests.carried_examples(src, [str(examples)]) == []  # already named
