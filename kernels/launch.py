@@ -22,7 +22,7 @@ a CPU's, on a loaded host too, and blocking a merge on it would block on the mac
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from kernelwatch.kernels import stats
 
@@ -33,20 +33,28 @@ LAUNCH_RATIO = 1.5
 LAUNCH_SHARE = 0.25
 
 
+def _measured(per_side: Iterable[float | None]) -> list[float]:
+    """The sides that measured a launch: a positive, finite number of seconds."""
+    return [v for v in per_side if v is not None and math.isfinite(v) and v > 0]
+
+
 def role_launch_s(per_side: Iterable[float | None]) -> float | None:
     """A role's launch time: the median of its sides' medians (None where none said)."""
-    values = [v for v in per_side if v is not None and math.isfinite(v) and v > 0]
+    values = _measured(per_side)
     return stats.median(values) if values else None
 
 
 def launch_note(
-    baseline_sides: Sequence[float], candidate_sides: Sequence[float], gpu_s: float | None
+    baseline_sides: Iterable[float | None],
+    candidate_sides: Iterable[float | None],
+    gpu_s: float | None,
 ) -> str:
     """The note a paired record carries about the host's launch, or ``""``.
 
     ``*_sides``: each side's median launch (seconds); ``gpu_s``: the candidate's GPU
     time per call (the verdict's median).
     """
+    baseline_sides, candidate_sides = _measured(baseline_sides), _measured(candidate_sides)
     base, cand = role_launch_s(baseline_sides), role_launch_s(candidate_sides)
     if not base or not cand or not gpu_s or gpu_s <= 0:
         return ""

@@ -361,12 +361,13 @@ class _CudaSampler(Sampler):
                 self.readings.append(self._last)
             values = [float(b.elapsed_time(e)) / 1e3 / self.calls_per_sample for b, e in events]
             out.extend(self.guard.on_time(values, late))  # none late with the guard off
-        self._probe_launch()
+        if self.use_graph:  # a launched sample already timed its host (_launch_sampler)
+            self._probe_launch()
         return out
 
     def _probe_launch(self) -> None:
-        """One eager call after the block, its host time kept (``host_launch``): the graph
-        path's samples replay a graph and never show the host's launch. Outside the
+        """One eager call after a graph block, its host time kept (``host_launch``): the
+        graph path's samples replay a graph and never show the host's launch. Outside the
         events, so no sample holds it; waited for, so a block still ends with the GPU
         idle (the other side of a pair times next, and its first sample must not share
         the GPU with this call)."""

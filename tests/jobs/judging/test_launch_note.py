@@ -60,6 +60,9 @@ def test_the_share_threshold_is_of_the_slower_launch() -> None:
 def test_every_side_of_the_slower_role_must_be_slower() -> None:
     apart = launch_note([11e-6, 12e-6, 13e-6], [100e-6, 110e-6, 120e-6], GPU_S)
     assert "12.0 → 110.0 µs" in apart
+    # a side that measured nothing (None, NaN) is left out of the medians and the overlap
+    gaps = launch_note([11e-6, None, 13e-6], [100e-6, float("nan"), 120e-6], GPU_S)
+    assert "12.0 → 110.0 µs" in gaps
 
 
 def test_a_roles_launch_is_the_median_of_its_sides() -> None:
