@@ -34,7 +34,7 @@ from typing import TypeVar
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from kernelwatch.db.build_log import environment_line
+from kernelwatch.db.build_log import environment_line, release_line
 from kernelwatch.db.config import Settings
 from kernelwatch.db.models import FINAL_STATES, Run
 from kernelwatch.db.run_options import ConfigNote, RunOptions
@@ -385,7 +385,8 @@ def _prepare_version(
     env = cache.version_env(
         spec, index_url=index_url, find_links=find_links, timeout=settings.install_timeout_s
     )
-    _append_log(factory, run_id, env.log or f"cached environment {env.path}\n")
+    seconds = None if env.cached else env.seconds
+    _append_log(factory, run_id, (env.log or "") + release_line(spec.key, seconds, env.path))
     impl = options.impl or spec.name.replace("-", "_")
     return SuiteRequest(
         python=env.python,

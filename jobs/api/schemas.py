@@ -58,7 +58,8 @@ class CaseResult(BaseModel):
 
 
 class EnvironmentOut(BaseModel):
-    """One commit environment a run used: built in ``seconds``, or None: from the cache."""
+    """One environment a run used: a commit built in ``seconds`` (a released version,
+    named by its pin, installed in them), or None: from the cache."""
 
     commit: str
     seconds: float | None

@@ -116,6 +116,31 @@ def test_gputests_skip_without_a_gpu_and_are_counted_from_junit(
     assert all(c["message"].startswith("needs a CUDA GPU") for c in res["cases"])
 
 
+class _WheelsFirst(Exception):
+    """Raised by the fake ``service_wheels``: the set-up stops there, importing nothing."""
+
+
+def test_gputests_sandbox_puts_the_service_wheels_on_the_path_before_importing_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's sandbox module imports SQLAlchemy and pydantic, which a bare GPU
+    image has only once the carried wheels are on the path (H100, 2026-12-06: ``No
+    module named 'sqlalchemy'`` before any test ran). The order is the fix: with the
+    module not yet imported, ``service_wheels`` must run while it still is not."""
+    seen: list[bool] = []
+
+    def wheels(ctx: object) -> str:
+        seen.append("kernelwatch.worker.sandbox" in sys.modules)
+        raise _WheelsFirst
+
+    monkeypatch.delitem(sys.modules, "kernelwatch.worker.sandbox", raising=False)
+    monkeypatch.setattr(gputests.host, "service_wheels", wheels)
+    with pytest.raises(_WheelsFirst):
+        gputests._sandbox_setup(None, "bwrap")  # type: ignore[arg-type]
+    assert seen == [False]
+    assert "kernelwatch.worker.sandbox" not in sys.modules
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 def test_gputests_run_inside_the_workers_sandbox(tmp_path: Path) -> None:
     """``--sandbox bwrap``: pytest runs confined as a suite does (the worker's own

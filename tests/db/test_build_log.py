@@ -10,7 +10,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from kernelwatch.db.build_log import environment_line, environments, environments_text
+from kernelwatch.db.build_log import (
+    environment_line,
+    environments,
+    environments_text,
+    release_line,
+)
 from kernelwatch.jobs.judging.analysis import analyze
 from kernelwatch.jobs.judging.report import format_run, run_summary
 from tests.jobs.judging.test_remeasure_rule import BASE, SETTINGS, measured
@@ -41,6 +46,23 @@ def test_every_environment_line_is_read_back_in_order() -> None:
     )
     # a line that only looks like one (a compiler's output, a version install) is not
     assert environments("x: built in 3 s (default profile)\ncached environment /p\n") == []
+
+
+def test_a_released_versions_install_is_an_environment_too() -> None:
+    """``run --version``: the environment is named by its pin and says "installed"."""
+    log = (
+        "Successfully installed flashinfer-python-0.6.0\n"
+        + release_line("flashinfer-python==0.6.0", 41.4, Path("/data/venvs/entries/v"))
+        + release_line("kwlib==0.2rc1+cu130", None, Path("/data/venvs/entries/w"))
+    )
+    builds = environments(log)
+    assert [(b.commit, b.seconds, b.profile, b.released) for b in builds] == [
+        ("flashinfer-python==0.6.0", 41.0, "release", True),
+        ("kwlib==0.2rc1+cu130", None, "release", True),
+    ]
+    assert environments_text(builds) == (
+        "flashinfer-python==0.6.0 installed in 41 s, kwlib==0.2rc1+cu130 cached (release profile)"
+    )
 
 
 def test_show_names_the_environments_a_run_used(session: Session) -> None:

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from kernelwatch.db.build_log import environments
+from kernelwatch.db.build_log import RELEASE_PROFILE, environments
 from kernelwatch.db.config import Settings
 from kernelwatch.db.migrate import upgrade
 from kernelwatch.db.models import Commit, Repository, Result, Run
@@ -258,6 +258,10 @@ def test_released_versions_are_compared_like_commits(env: Env, tmp_path: Path) -
         assert second.version_spec == "kwlib==0.2"
         assert second.baseline_sha == "version:kwlib==0.1"
         assert second.baseline_run_id == runs[0]["id"]
+        # the version's install is named with its time, as a commit's build is
+        (installed,) = environments(second.build_log or "")
+        assert (installed.commit, installed.profile) == ("kwlib==0.2", RELEASE_PROFILE)
+        assert installed.seconds is not None
     res = env.results(runs[1]["id"])
     assert res["softmax"].status == "fail" and res["softmax"].verdict == "broken"
     assert res["softmax"].record["library"] == {"name": "kwlib", "version": "0.2", "commit": None}
