@@ -16,7 +16,11 @@ from kernelwatch.db.models import Regression, Result, Run
 from kernelwatch.db.session import engine_for
 from tests.conftest import create_pg_database, drop_pg_database, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.crowd]
+# Serial, alone on the machine: the demo gates on CPU timings (its slow commit is the
+# point), and beside the other half of make test on 2 cores the harmless commit's
+# baseline was once measured in a burst of load (2026-12-06: attention 0.60 [0.48,
+# 0.94] faster, not confirmed by its re-measure, so the run read neutral).
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.serial]
 
 
 def test_demo_on_redis_and_postgres_names_the_slow_and_the_broken_commit(
