@@ -19,7 +19,7 @@ MARKS = {
     "error": "E",
     "inconclusive": "?",
 }
-_BUILT = re.compile(r"built in (\d+(?:\.\d+)?) s|(cached environment)")
+_BUILT = re.compile(r"(?:built|installed) in (\d+(?:\.\d+)?) s|(cached environment)")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -31,7 +31,8 @@ def case_label(kernel: str, params: dict[str, Any]) -> str:
 
 
 def build_seconds(log: str) -> str:
-    """How the run got its environment, from its build log: ``3 s`` built, or ``cached``."""
+    """How the run got its environment, from its build log: ``3 s`` built (or a release
+    installed), or ``cached``."""
     found = _BUILT.findall(log or "")
     if not found:
         return "-"

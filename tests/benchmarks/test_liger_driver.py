@@ -185,6 +185,16 @@ def test_the_table_shows_each_run_each_cases_median_and_what_moved() -> None:
     assert "  skip rmsnorm at 1 commit(s) (cccccccc..cccccccc): no interpreter" in text
 
 
+def test_the_tables_build_column_reads_a_build_a_release_install_and_the_cache() -> None:
+    """The service table's ``built`` column, from the build log's tail: a commit's build,
+    a released version's install (``run --version``) and a cached environment alike."""
+    assert liger_table.build_seconds("abc123456789: built in 96 s (trimmed profile)") == "96 s"
+    install = "flashinfer-python==0.6.0: installed in 41 s (release profile) at /v"
+    assert liger_table.build_seconds(install) == "41 s"
+    assert liger_table.build_seconds("kwlib==0.2: cached environment (release profile)") == "cached"
+    assert liger_table.build_seconds("") == "-"
+
+
 def test_the_run_command_and_its_json_line(tmp_path: Path) -> None:
     import argparse
 
