@@ -227,6 +227,13 @@ def pip_target(ctx: Context, name: str, wheels: list[str], target: Path) -> Step
     return ctx.run(name, argv, 120, reserve=10)
 
 
+def flashinfer_wheels(version: str | None) -> tuple[list[str], str]:
+    """The carried FlashInfer wheels of ``version`` (any, without one), and the pattern
+    looked for: a CPU check can tell a GPU call's missing wheel without installing it."""
+    pattern = f"flashinfer_python-{version}-*.whl" if version else "flashinfer_python-*.whl"
+    return sorted(glob.glob(str(WHEELS / pattern))), pattern
+
+
 def flashinfer(ctx: Context, version: str | None) -> tuple[str | None, str]:
     """A folder holding FlashInfer ``version`` (carried wheels), or None and why not.
 
@@ -235,8 +242,7 @@ def flashinfer(ctx: Context, version: str | None) -> tuple[str | None, str]:
     """
     if ctx.cpu:
         return None, "CPU mode: FlashInfer needs a GPU"
-    pattern = f"flashinfer_python-{version}-*.whl" if version else "flashinfer_python-*.whl"
-    found = sorted(glob.glob(str(WHEELS / pattern)))
+    found, pattern = flashinfer_wheels(version)
     if not found:
         if version is None and importable("flashinfer"):
             return "", "already importable"

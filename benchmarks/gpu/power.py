@@ -122,10 +122,31 @@ def _library(ctx: host.Context, target: Target, args: argparse.Namespace) -> tup
         path, why = host.flashinfer(ctx, args.flashinfer)
         return (path, "") if path is not None else ("", why)
     if target.needs == "liger":
-        liger: Path = args.liger
-        ok = (liger / "liger_kernel").is_dir()
-        return (str(liger), "") if ok else ("", f"no liger_kernel in {liger}")
+        return _liger(args)
     return "", ""
+
+
+def _liger(args: argparse.Namespace) -> tuple[str, str]:
+    liger: Path = args.liger
+    ok = (liger / "liger_kernel").is_dir()
+    return (str(liger), "") if ok else ("", f"no liger_kernel in {liger}")
+
+
+def _carried(target: Target, args: argparse.Namespace) -> str:
+    """On the CPU, what a GPU target would find of its library, not installing it: a
+    GPU call whose carry lacks it skips the target (2026-12-06: LayerNorm's call
+    carried no Liger-Kernel, and its CPU check had printed nothing)."""
+    if target.needs == "flashinfer":
+        found, pattern = host.flashinfer_wheels(args.flashinfer)
+        if found:
+            return f"needs {Path(found[0]).name}: here, carry {host.WHEELS.name}"
+        return f"MISSING here, the GPU call would skip it: no {pattern} in {host.WHEELS}"
+    if target.needs == "liger":
+        lib, why = _liger(args)
+        if lib:
+            return f"needs {lib}: here, carry {host.SOURCES.name}"
+        return f"MISSING here, the GPU call would skip it: {why}"
+    return "needs nothing carried"
 
 
 def _summarise(records: list[dict[str, Any]], calibrations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -300,6 +321,10 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     pool = CPU_TARGETS if ctx.cpu else TARGETS
     targets = [t for t in pool if not args.target or any(w in t.name for w in args.target)]
     results: list[dict[str, Any]] = []
+    if ctx.cpu and args.target:  # the GPU call's targets: is what they need carried?
+        for t in TARGETS:
+            if any(w in t.name for w in args.target):
+                results.append({"target": t.name, "skipped": f"GPU only; {_carried(t, args)}"})
     for t in targets:
         label = t.name.split(" (")[0].replace(" ", "-").replace("^", "")
         lib, why = _library(ctx, t, args)

@@ -42,3 +42,33 @@ def test_the_power_benchmark_probes_then_runs_its_trials_on_the_cpu(tmp_path: Pa
     assert sizing["extra_iters"] == 0 and "sized by the slope" in sizing["sized"], sizing
     assert (tmp_path / "logs").exists() or (tmp_path / "logs.tgz").exists()
     assert "sized: " in done.stdout
+
+
+def test_a_cpu_check_says_whether_a_gpu_targets_library_is_there_to_carry(
+    tmp_path: Path,
+) -> None:
+    """``inject --target`` naming GPU targets, on the CPU: nothing runs, and each target
+    says whether the library its GPU call needs is here (2026-12-06: LayerNorm's call
+    carried no Liger-Kernel and skipped, after a CPU check that had printed nothing)."""
+    liger = tmp_path / "liger-src"
+    (liger / "liger_kernel").mkdir(parents=True)
+
+    def check(liger_path: Path) -> dict[str, str]:
+        out = tmp_path / f"out-{liger_path.name}"
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.gpu", "--cpu", "--out", str(out),
+             "--deadline-s", "60", "inject", "--target", "layernorm", "--target", "decode",
+             "--flashinfer", "9.9.9", "--liger", str(liger_path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        targets = json.loads((out / "inject.json").read_text())["result"]["targets"]
+        return {t["target"].split()[0]: t["skipped"] for t in targets}
+
+    found = check(liger)
+    assert set(found) == {"layernorm", "decode"}  # no CPU target matched: none ran
+    assert found["layernorm"] == f"GPU only; needs {liger}: here, carry .src"
+    assert found["decode"].startswith("GPU only; MISSING here, the GPU call would skip it")
+    assert "flashinfer_python-9.9.9-*.whl" in found["decode"]
+    missing = check(tmp_path / "nowhere")
+    assert missing["layernorm"].startswith("GPU only; MISSING here")
