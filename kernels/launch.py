@@ -55,9 +55,9 @@ def launch_note(
     time per call (the verdict's median).
     """
     baseline_sides, candidate_sides = _measured(baseline_sides), _measured(candidate_sides)
-    base, cand = role_launch_s(baseline_sides), role_launch_s(candidate_sides)
-    if not base or not cand or not gpu_s or gpu_s <= 0:
+    if not baseline_sides or not candidate_sides or not gpu_s or gpu_s <= 0:
         return ""
+    base, cand = stats.median(baseline_sides), stats.median(candidate_sides)
     ratio = cand / base
     if 1 / LAUNCH_RATIO < ratio < LAUNCH_RATIO:
         return ""

@@ -118,6 +118,7 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
                 before, mark = chosen.late_samples(), chosen.launch_mark()
                 values = chosen.block(int(msg["samples"]))
                 after = chosen.late_samples()
+                chosen.probe_launch()  # this side alone on the host: set-up's were crowded
                 launches = chosen.launches_since(mark)
                 reply = {
                     "ok": True,

@@ -214,6 +214,10 @@ class Sampler:
     def launch_mark(self) -> int:
         return 0
 
+    def probe_launch(self) -> None:
+        """Time the host's launch of one call where the samples cannot (a paired block
+        on the graph path); nothing where they already do or there is no GPU."""
+
     def late_samples(self) -> tuple[int, int]:
         """Samples so far whose host queued the call late: (taken again, kept at the cap)."""
         return 0, 0
@@ -321,7 +325,6 @@ class _CudaSampler(Sampler):
             "copies": self.copies,
             "steady_sm_mhz": self.steady_mhz,
             "warmup_s": self.warmup_s,
-            "host_launch_s": self.host_launch_s(),
             **self.host_guard_state(),
         }
 
@@ -361,16 +364,18 @@ class _CudaSampler(Sampler):
                 self.readings.append(self._last)
             values = [float(b.elapsed_time(e)) / 1e3 / self.calls_per_sample for b, e in events]
             out.extend(self.guard.on_time(values, late))  # none late with the guard off
-        if self.use_graph:  # a launched sample already timed its host (_launch_sampler)
-            self._probe_launch()
         return out
 
-    def _probe_launch(self) -> None:
+    def probe_launch(self) -> None:
         """One eager call after a graph block, its host time kept (``host_launch``): the
-        graph path's samples replay a graph and never show the host's launch. Outside the
-        events, so no sample holds it; waited for, so a block still ends with the GPU
+        graph path's samples replay a graph and never show the host's launch. Called by a
+        paired side after each block (an unpaired measurement has set-up's calls, made
+        alone); a launched sample already timed its host (``_launch_sampler``). Outside
+        the events, so no sample holds it; waited for, so a block still ends with the GPU
         idle (the other side of a pair times next, and its first sample must not share
         the GPU with this call)."""
+        if not self.use_graph:
+            return
         queued = time.perf_counter()
         self.call(self.inputs)
         self.host_launch.append(time.perf_counter() - queued)

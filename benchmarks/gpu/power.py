@@ -28,7 +28,7 @@ import argparse
 import os
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,11 @@ def _library(ctx: host.Context, target: Target, args: argparse.Namespace) -> tup
     if target.needs == "liger":
         return _liger(args)
     return "", ""
+
+
+def _named(pool: Sequence[Target], words: list[str] | None) -> list[Target]:
+    """The targets of ``pool`` whose name holds one of ``words`` (all, without any)."""
+    return [t for t in pool if not words or any(w in t.name for w in words)]
 
 
 def _liger(args: argparse.Namespace) -> tuple[str, str]:
@@ -318,13 +323,13 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     extra = [a for a in args.bench_args if a != "--"]
     if ctx.cpu and "--budget" not in extra:
         extra += ["--budget", "0.3", "--retries", "0"]
-    pool = CPU_TARGETS if ctx.cpu else TARGETS
-    targets = [t for t in pool if not args.target or any(w in t.name for w in args.target)]
+    targets = _named(CPU_TARGETS if ctx.cpu else TARGETS, args.target)
     results: list[dict[str, Any]] = []
     if ctx.cpu and args.target:  # the GPU call's targets: is what they need carried?
-        for t in TARGETS:
-            if any(w in t.name for w in args.target):
-                results.append({"target": t.name, "skipped": f"GPU only; {_carried(t, args)}"})
+        results += [
+            {"target": t.name, "skipped": f"GPU only; {_carried(t, args)}"}
+            for t in _named(TARGETS, args.target)
+        ]
     for t in targets:
         label = t.name.split(" (")[0].replace(" ", "-").replace("^", "")
         lib, why = _library(ctx, t, args)
