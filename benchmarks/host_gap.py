@@ -35,11 +35,12 @@ BURN = "while True: pass"
 
 
 @contextlib.contextmanager
-def burners(n: int) -> Iterator[None]:
-    """``n`` processes that each keep one CPU busy, ended on exit."""
-    procs = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(n)]
+def burners(n: int, code: str = BURN, settle_s: float = 0.2) -> Iterator[None]:
+    """``n`` processes that each run ``code`` (by default: keep one CPU busy), given
+    ``settle_s`` to start, ended on exit."""
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
     try:
-        time.sleep(0.2 if n else 0.0)
+        time.sleep(settle_s if n else 0.0)
         yield
     finally:
         for p in procs:

@@ -76,6 +76,7 @@ def commands() -> dict[str, ModuleType]:
         prelude,
         prepare,
         prepare_cutlass_dsl,
+        reference_cost,
         service,
         states,
         suite_aa,
@@ -83,7 +84,7 @@ def commands() -> dict[str, ModuleType]:
 
     mods = (
         prelude, gputests, measure, paired, states, suite_aa, power, libraries, bisect, fleet,
-        cards, host_gap, fi_repro,
+        cards, host_gap, fi_repro, reference_cost,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
         liger, liger_replay, service,
     )  # fmt: skip

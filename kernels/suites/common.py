@@ -11,13 +11,16 @@ checked call and so never timed.
 
 References are written for clarity, not speed, but bounded in memory: the
 attention reference works one sequence and a few heads at a time, so a full-size
-case never materialises a batch × heads × seq² score tensor.
+case never materialises a batch × heads × seq² score tensor. The decode
+references work a batch at a time (``batch_slices``): one query token a sequence
+keeps the batch's scores small, and per-sequence launches were what their check
+cost on a shared GPU.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +164,43 @@ def gather_pages(
     return chunk.reshape(-1, *chunk.shape[2:])[:length]
 
 
+def gather_padded(
+    cache: torch.Tensor, pages: Sequence[list[int]], kv_layout: str = "NHD"
+) -> torch.Tensor:
+    """Several sequences' tokens ``[b, width · page_size, ...]`` from a paged cache.
+
+    One gather for the whole batch instead of one per sequence: on a GPU the
+    reference of a 64-sequence decode case made some 2,600 small launches and 256
+    host copies one sequence at a time, inside the paired set-up where 16 processes
+    share the card. Each sequence is padded to the longest with its own last page,
+    so the rows past its length hold whatever that page holds (the tail of
+    ``paged_cache`` is large on purpose): the reference must mask them, as
+    ``decode_attention_ref`` and ``mla_ref`` do. ``cache``: NHD
+    ``[pages, page_size, kv_heads, d]``, HND ``[pages, kv_heads, page_size, d]``, or
+    an MLA cache ``[pages, page_size, d]`` (NHD).
+    """
+    width = max(len(p) for p in pages)
+    table = [(p or [0]) + [(p or [0])[-1]] * (width - len(p)) for p in pages]
+    idx = torch.tensor(table, device=cache.device, dtype=torch.long).flatten()
+    chunk = cache.index_select(0, idx)
+    if kv_layout == "HND":
+        chunk = chunk.transpose(1, 2)
+    return chunk.reshape(len(pages), -1, *chunk.shape[2:])
+
+
+def batch_slices(batch: int, row_elements: int) -> list[slice]:
+    """The batch in slices whose largest tensor holds at most ``SCORE_BUDGET`` elements
+    (``row_elements`` per sequence): batched references stay bounded in memory."""
+    step = max(1, SCORE_BUDGET // max(1, row_elements))
+    return [slice(b0, min(batch, b0 + step)) for b0 in range(0, batch, step)]
+
+
+def valid_rows(lens: Sequence[int], rows: int, dev: torch.device) -> torch.Tensor:
+    """``[b, rows]``: True where row ``j`` of sequence ``i`` is within its length."""
+    n = torch.tensor(list(lens), device=dev)
+    return torch.arange(rows, device=dev)[None, :] < n[:, None]
+
+
 def _cpu_gen(g: torch.Generator) -> torch.Generator:
     """A CPU generator seeded from ``g`` (randperm of page ids happens on the host)."""
     seed = int(torch.randint(0, 2**62, (1,), generator=g, device=g.device).item())
@@ -219,17 +259,47 @@ def attention_ref(
     return out
 
 
+def decode_attention_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    lens: Sequence[int],
+    scale: float,
+    dt: torch.dtype,
+) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v for one query token per sequence, a batch at once, in ``dt``.
+
+    q ``[b, h, d]``; k/v ``[b, n, hk, d]`` (``gather_padded``), sequence ``i``'s keys
+    in its first ``lens[i]`` rows, the rest masked. The arithmetic of
+    ``attention_ref`` for ``sq = 1`` (products rounded to ``dt``, softmax in float32
+    then rounded, query head ``j`` reading KV head ``j // (h // hk)``), for the
+    whole batch in a handful of launches.
+    """
+    b, h, d = q.shape
+    n, hk = k.shape[1], k.shape[2]
+    qh = q.to(dt).reshape(b, hk, h // hk, d)
+    kh = k.to(dt).permute(0, 2, 3, 1)  # [b, hk, d, n]
+    vh = v.to(dt).transpose(1, 2)  # [b, hk, n, dv]
+    scores = torch.matmul(qh, kh) * scale  # [b, hk, group, n]
+    scores = scores.masked_fill(~valid_rows(lens, n, q.device)[:, None, None, :], float("-inf"))
+    p = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0).to(dt)
+    return torch.matmul(p, vh).reshape(b, h, -1)
+
+
 def mla_ref(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
     ckv: torch.Tensor,
     kpe: torch.Tensor,
+    lens: Sequence[int],
     scale: float,
     dt: torch.dtype,
 ) -> torch.Tensor:
-    """Absorbed MLA for one sequence: q ``[h, d_ckv]``/``[h, d_kpe]``, cache ``[L, d]``."""
+    """Absorbed MLA for a batch: q ``[b, h, d_ckv]``/``[b, h, d_kpe]``, caches
+    ``[b, n, d]`` (``gather_padded``) with sequence ``i``'s rows first ``lens[i]``."""
     qn, qp, c, p = (x.to(dt) for x in (q_nope, q_pe, ckv, kpe))
-    scores = (qn @ c.t() + qp @ p.t()) * scale
+    scores = (qn @ c.transpose(1, 2) + qp @ p.transpose(1, 2)) * scale  # [b, h, n]
+    scores = scores.masked_fill(~valid_rows(lens, c.shape[1], c.device)[:, None, :], float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(dt)
     out: torch.Tensor = probs @ c
     return out

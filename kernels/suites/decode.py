@@ -19,9 +19,10 @@ from kernelwatch.kernels import flops, grid
 from kernelwatch.kernels.suite import CaseSpec, Inputs
 from kernelwatch.kernels.suites.common import (
     FP8,
-    attention_ref,
+    batch_slices,
+    decode_attention_ref,
     dtype_of,
-    gather_pages,
+    gather_padded,
     invoke,
     mla_ref,
     paged_cache,
@@ -94,12 +95,14 @@ def _paged(p: Params, lens: list[int]) -> CaseSpec:
         case.update(layout.tensors(dev))
         return case
 
+    padded = math.ceil(max(lens) / ps) * ps  # the longest sequence's rows, whole pages
+
     def ref(i: Inputs, dt: torch.dtype) -> torch.Tensor:
         outs = []
-        for j, n in enumerate(lens):
-            k = _kv(i, "k", gather_pages(i["k_cache"], i["pages"][j], n, layout_name), dt)
-            v = _kv(i, "v", gather_pages(i["v_cache"], i["pages"][j], n, layout_name), dt)
-            outs.append(attention_ref(i["q"][j : j + 1], k, v, False, scale, dt))
+        for rows in batch_slices(batch, padded * max(h, hk * d)):
+            k = _kv(i, "k", gather_padded(i["k_cache"], i["pages"][rows], layout_name), dt)
+            v = _kv(i, "v", gather_padded(i["v_cache"], i["pages"][rows], layout_name), dt)
+            outs.append(decode_attention_ref(i["q"][rows], k, v, lens[rows], scale, dt))
         return torch.cat(outs)
 
     return CaseSpec(
@@ -146,13 +149,16 @@ def _mla(p: Params, lens: list[int]) -> CaseSpec:
         case.update(layout.tensors(dev))
         return case
 
+    padded = math.ceil(max(lens) / ps) * ps  # the longest sequence's rows, whole pages
+
     def ref(i: Inputs, dt: torch.dtype) -> torch.Tensor:
         outs = []
-        for j, n in enumerate(lens):
-            c = _rows(i["ckv_cache"], i["pages"][j], n)
-            k = _rows(i["kpe_cache"], i["pages"][j], n)
-            outs.append(mla_ref(i["q_nope"][j], i["q_pe"][j], c, k, scale, dt))
-        return torch.stack(outs)
+        for rows in batch_slices(batch, padded * max(h, d_ckv + d_kpe)):
+            c = gather_padded(i["ckv_cache"], i["pages"][rows])
+            k = gather_padded(i["kpe_cache"], i["pages"][rows])
+            q_nope, q_pe = i["q_nope"][rows], i["q_pe"][rows]
+            outs.append(mla_ref(q_nope, q_pe, c, k, lens[rows], scale, dt))
+        return torch.cat(outs)
 
     name = str(p["dtype"])
     return CaseSpec(
@@ -166,9 +172,3 @@ def _mla(p: Params, lens: list[int]) -> CaseSpec:
         bytes=flops.mla_decode_bytes(lens, h, d_ckv, d_kpe, name, ps),
         tolerance_kind="kv_cache",
     )
-
-
-def _rows(cache: torch.Tensor, pages: list[int], n: int) -> torch.Tensor:
-    """One sequence's rows ``[n, d]`` of a ``[pages, page_size, d]`` MLA cache."""
-    idx = torch.tensor(pages, device=cache.device, dtype=torch.long)
-    return cache.index_select(0, idx).reshape(-1, cache.shape[-1])[:n]
