@@ -330,6 +330,9 @@ class SideError(RuntimeError):
 UNSTEADY = "unsteady"
 # the stop reason of a comparison whose pairs had all the rounds they may have
 ROUNDS_MAX = "rounds_max"
+# the stop reason of a comparison whose interval more rounds would barely narrow: its
+# pairs' offsets set the width, not its groups' noise (``narrowing_left``)
+SETUP_BOUND = "setup_bound"
 
 
 class SideDied(RuntimeError):
@@ -526,6 +529,15 @@ class PairedConfig:
       (an experiment: whether a side set up beside 15 others starts in the slow state
       of docs/measurement.md §11; it costs the sum of the set-ups instead of the
       slowest).
+    setup_bound: an inconclusive comparison of m >= 3 pairs stops after two rounds or
+      more once ``rounds_max`` rounds would narrow its interval by less than this share
+      (``narrowing_left``; stop reason ``setup_bound``), and the stage's next attempt
+      draws new set-ups. On an H100 (2026-12-06, docs/measurement.md §27) three decode
+      cases of 18-112 us spent 4.6-5.1 s of blocks in a first attempt whose interval
+      did not move from the first round to the sixth ([0.9988, 1.0140] after 8 groups,
+      [0.9991, 1.0137] after 43), then decided in a second attempt after 8-16 groups.
+      The rule reads only the spread of the groups, never where the ratio lies, so it
+      cannot steer a verdict. 0: off.
     short_remeasure_s: after the fixed re-measures, a stage still inconclusive measures
       again while it has spent less than this (seconds of wall, the next attempt's
       expected cost included), up to ``attempts_max`` attempts in all, with no larger
@@ -549,6 +561,7 @@ class PairedConfig:
     screen_tol: float = 0.05
     screen_retries: int = 2
     rounds_max: int = 6
+    setup_bound: float = 0.05
     setup_one_at_a_time: bool = False
     short_remeasure_s: float = 0.0
     short_rounds: int = 2
@@ -646,6 +659,35 @@ def judge(
     half = stats.t_quantile(cfg.confidence, n - 1) * sd / math.sqrt(n) if n > 1 else math.inf
     ratio, lo, hi = _exp(mean), _exp(mean - half), _exp(mean + half)
     return ratio, lo, hi, decide(ratio, lo, hi, cfg.min_effect).verdict
+
+
+def narrowing_left(log_ratios: Sequence[float], clusters: Sequence[int], rounds: int) -> float:
+    """How wide the interval would be at ``rounds`` groups a cluster, as a share of its
+    width now (1: more rounds would not narrow it; 0: not known, keep measuring).
+
+    The one-way random-effects split of the groups' log-ratios: within a cluster (a
+    process pair) the groups scatter by the blocks' noise, which more rounds average
+    away; the clusters' means scatter by that noise over the rounds they had plus each
+    pair's own offset, which no round removes. ``judge`` takes the interval over the
+    cluster means, so its width at ``rounds`` rounds goes with
+    ``sqrt(between + within / rounds)``. Needs 3 clusters of 2 groups or more.
+    """
+    by: dict[int, list[float]] = {}
+    for c, x in zip(clusters, log_ratios, strict=True):
+        by.setdefault(c, []).append(x)
+    groups = list(by.values())
+    if len(groups) < 3 or min(len(g) for g in groups) < 2:
+        return 0.0
+    means = [sum(g) / len(g) for g in groups]
+    mean = sum(means) / len(means)
+    spread = sum((mu - mean) ** 2 for mu in means) / (len(means) - 1)
+    dof = sum(len(g) - 1 for g in groups)
+    within = sum((x - mu) ** 2 for g, mu in zip(groups, means, strict=True) for x in g) / dof
+    now = len(log_ratios) / len(groups)
+    if spread <= 0:
+        return 1.0
+    between = max(0.0, spread - within / now)
+    return min(1.0, math.sqrt((between + within / max(now, rounds)) / spread))
 
 
 # above this share of late groups, the host is part of the case (``on_time_groups``)
@@ -887,6 +929,16 @@ def compare(
             log.info("%d groups: %.4f [%.4f, %.4f] %s", len(logs), ratio, lo, hi, verdict.value)
             if verdict != CaseVerdict.INCONCLUSIVE:
                 stop = "decided"
+                break
+            # the pairs' offsets, not the groups' noise, set the width: new set-ups will
+            # narrow it, more rounds on these will not
+            if (
+                cfg.setup_bound > 0
+                and by is not None
+                and len(logs) >= 2 * n_active
+                and narrowing_left(judged, by, cfg.rounds_max) > 1 - cfg.setup_bound
+            ):
+                stop = SETUP_BOUND
                 break
             target += step
         spent = time.perf_counter() - t0 >= cfg.budget_s
@@ -1229,6 +1281,7 @@ __all__ = [
     "PairedConfig",
     "PairedResult",
     "ROUNDS_MAX",
+    "SETUP_BOUND",
     "Side",
     "SideDied",
     "SideError",
@@ -1239,6 +1292,7 @@ __all__ = [
     "judge",
     "judge_reliable",
     "groups_left_out",
+    "narrowing_left",
     "on_time_groups",
     "serve",
 ]

@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 from kernelwatch.kernels.paired import (
     ROUNDS_MAX,
+    SETUP_BOUND,
     UNSTEADY,
     CureLedger,
     PairedConfig,
@@ -235,9 +236,10 @@ def measure_stage(
         else:
             log.info("short re-measure: %.1f s spent, %.1f s the last attempt",
                      now - began, now - attempt_began)  # fmt: skip
-        # an attempt that ran into rounds_max showed that more rounds did not pay: the
-        # next one times only ``short_rounds`` and spends the time on its new set-ups
-        rounds_bound = result.stop_reason == ROUNDS_MAX and cfg.short_remeasure_s > 0
+        # an attempt that ran into rounds_max, or stopped as set-up bound, showed that
+        # more rounds did not pay: the next one times only ``short_rounds`` and spends
+        # the time on its new set-ups
+        rounds_bound = result.stop_reason in (ROUNDS_MAX, SETUP_BOUND) and cfg.short_remeasure_s > 0
         rounds_max = max(2, cfg.short_rounds) if rounds_bound else cfg.rounds_max
     result = timed or result
     assert result is not None and checked is not None

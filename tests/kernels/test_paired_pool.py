@@ -26,6 +26,7 @@ import pytest
 from kernelwatch.kernels import paired_stages
 from kernelwatch.kernels.paired import (
     ROUNDS_MAX,
+    SETUP_BOUND,
     UNSTEADY,
     CureLedger,
     PairedConfig,
@@ -34,6 +35,7 @@ from kernelwatch.kernels.paired import (
     _Screen,
     compare,
     judge,
+    narrowing_left,
     on_time_groups,
 )
 from kernelwatch.kernels.paired_stages import measure_stage, next_attempt
@@ -996,3 +998,40 @@ def test_an_aa_pair_whose_sides_launches_overlap_gets_no_note() -> None:
     lopsided = _scripted_compare([[28e-6], [29e-6], [30e-6], [60e-6]],
                                  [[45e-6], [46e-6], [29e-6], [47e-6]])  # fmt: skip
     assert launch_note(lopsided.launch_a, lopsided.launch_b, lopsided.b_median) == ""
+
+
+# eight pairs whose candidates sit at their own offsets (0.4 % on average, SD 0.8 %):
+# the blocks within a pair agree to 0.05 %, so the pairs set the interval's width
+PAIR_OFFSETS = [0.012, -0.004, 0.010, -0.002, 0.014, -0.006, 0.008, 0.0]
+
+
+def _offset_compare(cfg: PairedConfig) -> PairedResult:
+    a = [_ScriptedSide(f"A{i}", 115e-6, [12e-6]) for i in range(len(PAIR_OFFSETS))]
+    b = [_ScriptedSide(f"B{i}", 115e-6 * (1 + d), [12e-6]) for i, d in enumerate(PAIR_OFFSETS)]
+    return compare(cast(list[Side], a), cast(list[Side], b), "x:y", {}, {}, cfg)
+
+
+def test_an_attempt_whose_pairs_set_its_width_stops_after_two_rounds() -> None:
+    """An H100's decode cases (2026-12-06, docs/measurement.md §27): the interval after 8
+    groups was the interval after 43, and the other rounds only cost seconds."""
+    bound = _offset_compare(PairedConfig(budget_s=2))
+    assert bound.stop_reason == SETUP_BOUND and bound.groups == 16
+    assert bound.verdict == CaseVerdict.INCONCLUSIVE
+    full = _offset_compare(PairedConfig(budget_s=2, setup_bound=0))
+    assert full.stop_reason == ROUNDS_MAX and full.groups == 48
+    assert full.verdict == CaseVerdict.INCONCLUSIVE
+    # what it gave up on: six rounds reach the same interval
+    assert (bound.ci_low, bound.ci_high) == pytest.approx((full.ci_low, full.ci_high), rel=1e-3)
+
+
+def test_narrowing_left_reads_how_the_spread_splits_between_pairs_and_groups() -> None:
+    rng = random.Random(27)
+    pairs = [g % 8 for g in range(16)]
+    offsets = [rng.gauss(0, 0.008) for _ in range(8)]
+    by_pair = [offsets[p] + rng.gauss(0, 0.0005) for p in pairs]
+    assert narrowing_left(by_pair, pairs, 6) > 0.95
+    by_group = [rng.gauss(0, 0.008) for _ in pairs]  # no offsets: rounds narrow it
+    assert narrowing_left(by_group, pairs, 6) < 0.8
+    assert narrowing_left(by_group, pairs, 2) == pytest.approx(1.0)  # no round left
+    assert narrowing_left(by_pair[:8], pairs[:8], 6) == 0.0  # one group a pair: unknown
+    assert narrowing_left(by_pair[:4], [0, 1, 0, 1], 6) == 0.0  # two pairs: unknown

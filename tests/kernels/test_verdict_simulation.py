@@ -6,11 +6,12 @@ life (x = 0.3 %: pair means at -0.6 / 0 / +0.6 % as in run 11; x = 0.55 %: twice
 pair SD, the worst case the issue names); within a pair every group's log-ratio adds
 noise of SD 0.3 % (a GEMM group on the H200, run 3). A measurement is what
 ``kernels/paired.compare`` and ``kernels/paired_suite.measure_case`` do: 8 fresh pairs,
-one group per pair per round, ``judge`` after every round until a verdict or the budget
-(6 rounds); an inconclusive case is measured again with fresh pairs and twice the budget,
-up to 2 times, every attempt's pairs judged together. A case blocks when a second,
-independent measurement of the same kind confirms its regression (``verdict.confirm``),
-so its two-stage probability is the one-stage probability squared.
+one group per pair per round, ``judge`` after every round until a verdict, the budget
+(6 rounds) or, from the second round, an interval that more rounds would barely narrow
+(``PairedConfig.setup_bound``); an inconclusive case is measured again with fresh pairs
+and twice the budget, up to 2 times, every attempt's pairs judged together. A case blocks
+when a second, independent measurement of the same kind confirms its regression
+(``verdict.confirm``), so its two-stage probability is the one-stage probability squared.
 
 The intervals are computed with numpy for all trials at once, checked against
 ``kernels.paired.judge`` on a sample, and every verdict is ``kernels.verdict.decide``'s.
@@ -34,6 +35,7 @@ GROUP_SD = 0.003
 ROUNDS = 6  # rounds of one group per pair within the first attempt's budget
 RETRIES = 2
 SCREEN_RETRIES = PairedConfig.screen_retries
+SETUP_BOUND = PairedConfig.setup_bound
 TRIALS = 8000
 CASES_PER_PR = (50, 200)
 
@@ -121,11 +123,16 @@ def _rounds(
     verdict: np.ndarray,
 ) -> np.ndarray:
     """One attempt's rounds over pairs with ``offset``, judged after each with the earlier
-    attempts' pair means (``pooled``); decided cases get their ``verdict``. The attempt's
-    pair means join ``pooled``; the cases still undecided are returned."""
+    attempts' pair means (``pooled``); decided cases get their ``verdict``. From the
+    second round on, a case still inconclusive whose rounds would barely narrow its
+    attempt's own interval stops the attempt (``PairedConfig.setup_bound``,
+    ``paired.narrowing_left`` on the attempt's groups). The attempt's pair means, as of
+    each case's last round, join ``pooled``; the cases still undecided are returned."""
     n = offset.shape[0]
     noise = rng.standard_normal((n, PAIRS, rounds)) * GROUP_SD
     running = np.cumsum(noise, axis=2) / np.arange(1, rounds + 1)
+    last = np.full(n, rounds - 1)  # each case's last round in this attempt
+    stopped: list[np.ndarray] = []  # set-up bound: undecided, out of this attempt
     for k in range(rounds):
         if not undecided.size:
             break
@@ -140,8 +147,27 @@ def _rounds(
         decided = np.asarray([v != CaseVerdict.INCONCLUSIVE for v in verdicts], dtype=bool)
         verdict[undecided[decided]] = np.asarray(verdicts, dtype=object)[decided]
         undecided = undecided[~decided]
-    pooled.append(offset + running[:, :, -1])
-    return undecided
+        if k >= 1 and k < rounds - 1 and undecided.size:
+            bound = _narrowing(offset[undecided], noise[undecided, :, : k + 1]) > 1 - SETUP_BOUND
+            last[undecided[bound]] = k
+            stopped.append(undecided[bound])
+            undecided = undecided[~bound]
+    pooled.append(offset + running[np.arange(n)[:, None], np.arange(PAIRS)[None, :], last[:, None]])
+    return np.concatenate([undecided, *stopped]).astype(int)
+
+
+def _narrowing(offset: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """``paired.narrowing_left`` for each row: groups ``offset + noise`` (pairs x rounds so
+    far), at ``ROUNDS`` rounds (NaN offset: a left-out pair)."""
+    now = noise.shape[2]
+    groups = offset[:, :, None] + noise
+    means = groups.mean(axis=2)
+    spread = np.nanvar(means, axis=1, ddof=1)
+    within = np.nansum((groups - means[:, :, None]) ** 2, axis=(1, 2)) / (
+        np.sum(~np.isnan(offset), axis=1) * (now - 1)
+    )
+    between = np.maximum(0.0, spread - within / now)
+    return np.minimum(1.0, np.sqrt((between + within / max(now, ROUNDS)) / spread))
 
 
 def _interval(means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
