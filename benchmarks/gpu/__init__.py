@@ -17,6 +17,7 @@ paired                paired trials: A/A and injected +x % work on named kernels
 suite-aa              whole-suite A/A with ``bench-paired``: verdicts, wall s per case
 inject                +x % work on real suite cases: the gate's power, both stages
 host-gap              the timer's host guard off and on, idle and beside busy CPUs
+reference-cost        the decode check's reference, one sequence at a time and batched
 libraries             FlashInfer versions paired; FA3 built at commits, paired, benched
 fleet                 per-GPU worker check: health, one run through Celery, stop
 cutlass-dsl           CuTe DSL dense GEMM (carried .dsl/) against cuBLAS, kernel names
