@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from kernelwatch.kernels.paired import PairedConfig, judge
+from kernelwatch.kernels.paired import PairedConfig, judge, narrowing_left
 from kernelwatch.kernels.paired_suite import CONFIRMATION_EXTRA_RETRIES
 from kernelwatch.kernels.stats import t_quantile
 from kernelwatch.kernels.verdict import CONFIDENCE, MIN_EFFECT, CaseVerdict, confirm, decide
@@ -192,6 +192,19 @@ def test_the_vectorised_interval_is_judges() -> None:
         r2, lo2, hi2 = (float(a[0]) for a in _interval(means))
         assert (ratio, lo, hi) == pytest.approx((r2, lo2, hi2), rel=1e-12)
         assert v == decide(r2, lo2, hi2, cfg.min_effect).verdict
+
+
+def test_the_vectorised_narrowing_is_narrowing_lefts() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        rounds = int(rng.integers(2, 6))
+        offset = rng.normal(0.0, float(rng.choice([0.0005, 0.005, 0.01])), (1, PAIRS))
+        noise = rng.normal(0.0, GROUP_SD, (1, PAIRS, rounds))
+        logs = [float(offset[0, g % PAIRS] + noise[0, g % PAIRS, g // PAIRS])
+                for g in range(PAIRS * rounds)]  # fmt: skip
+        pairs = [g % PAIRS for g in range(len(logs))]
+        want = narrowing_left(logs, pairs, ROUNDS)
+        assert float(_narrowing(offset, noise)[0]) == pytest.approx(want, rel=1e-9)
 
 
 def test_false_blocks_and_power_of_the_rule() -> None:
