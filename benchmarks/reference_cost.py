@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -88,7 +89,7 @@ def both_references(
     return [form(spec, i, hi), form(spec, i, spec.dtype)]
 
 
-def measure_case(spec: CaseSpec, device: torch.device, reps: int) -> dict[str, object]:
+def measure_case(spec: CaseSpec, device: torch.device, reps: int) -> dict[str, Any]:
     gen = torch.Generator(device=device).manual_seed(1)
     inputs = spec.make_inputs(gen, device)
     hi = hi_dtype(device)
@@ -109,14 +110,14 @@ def measure_case(spec: CaseSpec, device: torch.device, reps: int) -> dict[str, o
             "one_at_a_time_s": t_slow, "batched_s": t_new, "max_abs_diff": diff}  # fmt: skip
 
 
-def table(rows: list[dict[str, object]]) -> list[str]:
+def table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [f"{'case':<36}{'kernel':<14}{'beside':>7}{'batch':>6}{'one-at-a-time s':>17}"
              f"{'batched s':>11}{'faster':>8}{'max |diff|':>12}"]  # fmt: skip
     for r in rows:
-        slow, new = float(str(r["one_at_a_time_s"])), float(str(r["batched_s"]))
+        slow, new = r["one_at_a_time_s"], r["batched_s"]
         lines.append(
             f"{r['case']!s:<36}{r['kernel']!s:<14}{r['beside']!s:>7}{r['batch']!s:>6}"
-            f"{slow:>17.4f}{new:>11.4f}{slow / new:>7.1f}x{float(str(r['max_abs_diff'])):>12.2e}"
+            f"{slow:>17.4f}{new:>11.4f}{slow / new:>7.1f}x{r['max_abs_diff']:>12.2e}"
         )
     return lines
 
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loads = (args.beside or [0]) if device.type == "cuda" else [0]
     specs = decode.build(args.size, device)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     for n in loads:
         with burners(n, BUSY, settle_s=8.0):  # their CUDA contexts up and launching

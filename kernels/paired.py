@@ -649,16 +649,21 @@ def judge(
     the placements.
     """
     if clusters is not None and len(set(clusters)) < len(log_ratios):
-        by: dict[int, list[float]] = {}
-        for c, x in zip(clusters, log_ratios, strict=True):
-            by.setdefault(c, []).append(x)
-        log_ratios = [sum(v) / len(v) for v in by.values()]
+        log_ratios = [sum(v) / len(v) for v in _by_cluster(log_ratios, clusters)]
     n = len(log_ratios)
     mean = sum(log_ratios) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in log_ratios) / (n - 1)) if n > 1 else math.inf
     half = stats.t_quantile(cfg.confidence, n - 1) * sd / math.sqrt(n) if n > 1 else math.inf
     ratio, lo, hi = _exp(mean), _exp(mean - half), _exp(mean + half)
     return ratio, lo, hi, decide(ratio, lo, hi, cfg.min_effect).verdict
+
+
+def _by_cluster(log_ratios: Sequence[float], clusters: Sequence[int]) -> list[list[float]]:
+    """The groups' log-ratios of each cluster, clusters in order of first appearance."""
+    by: dict[int, list[float]] = {}
+    for c, x in zip(clusters, log_ratios, strict=True):
+        by.setdefault(c, []).append(x)
+    return list(by.values())
 
 
 def narrowing_left(log_ratios: Sequence[float], clusters: Sequence[int], rounds: int) -> float:
@@ -672,10 +677,7 @@ def narrowing_left(log_ratios: Sequence[float], clusters: Sequence[int], rounds:
     cluster means, so its width at ``rounds`` rounds goes with
     ``sqrt(between + within / rounds)``. Needs 3 clusters of 2 groups or more.
     """
-    by: dict[int, list[float]] = {}
-    for c, x in zip(clusters, log_ratios, strict=True):
-        by.setdefault(c, []).append(x)
-    groups = list(by.values())
+    groups = _by_cluster(log_ratios, clusters)
     if len(groups) < 3 or min(len(g) for g in groups) < 2:
         return 0.0
     means = [sum(g) / len(g) for g in groups]
@@ -683,9 +685,9 @@ def narrowing_left(log_ratios: Sequence[float], clusters: Sequence[int], rounds:
     spread = sum((mu - mean) ** 2 for mu in means) / (len(means) - 1)
     dof = sum(len(g) - 1 for g in groups)
     within = sum((x - mu) ** 2 for g, mu in zip(groups, means, strict=True) for x in g) / dof
-    now = len(log_ratios) / len(groups)
     if spread <= 0:
         return 1.0
+    now = len(log_ratios) / len(groups)
     between = max(0.0, spread - within / now)
     return min(1.0, math.sqrt((between + within / max(now, rounds)) / spread))
 

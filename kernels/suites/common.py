@@ -179,8 +179,9 @@ def gather_padded(
     ``[pages, page_size, kv_heads, d]``, HND ``[pages, kv_heads, page_size, d]``, or
     an MLA cache ``[pages, page_size, d]`` (NHD).
     """
-    width = max(len(p) for p in pages)
-    table = [(p or [0]) + [(p or [0])[-1]] * (width - len(p)) for p in pages]
+    seqs = [p or [0] for p in pages]  # a sequence with no page reads page 0, all masked
+    width = max(len(p) for p in seqs)
+    table = [p + [p[-1]] * (width - len(p)) for p in seqs]
     idx = torch.tensor(table, device=cache.device, dtype=torch.long).flatten()
     chunk = cache.index_select(0, idx)
     if kv_layout == "HND":
