@@ -14,12 +14,14 @@ from sqlalchemy import func, select
 
 from kernelwatch.db.models import Regression, Result, Run
 from kernelwatch.db.session import engine_for
+from kernelwatch.kernels.verdict import BLOCKING, CaseVerdict, RunVerdict
 from tests.conftest import create_pg_database, drop_pg_database, run_cli
 
 # Serial, alone on the machine: the demo gates on CPU timings (its slow commit is the
 # point), and beside the other half of make test on 2 cores the harmless commit's
 # baseline was once measured in a burst of load (2026-12-06: attention 0.60 [0.48,
-# 0.94] faster, not confirmed by its re-measure, so the run read neutral).
+# 0.94] faster, not confirmed by its re-measure, so the run read neutral). Serial does
+# not make the machine quiet: the assertion below takes what a burst can leave.
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.serial]
 
 
@@ -40,9 +42,16 @@ def test_demo_on_redis_and_postgres_names_the_slow_and_the_broken_commit(
         by_role = {c["role"]: c for c in report["commits"]}
         assert set(by_role) == {"baseline", "harmless", "slow", "broken"}
         assert by_role["baseline"]["verdict"] == "pass"
-        # the whole entry (what moved, and by how much): once in a CI run with both halves
-        # on 2 cores the harmless commit read "fail", and pytest's repr cut the reason off
-        assert by_role["harmless"]["verdict"] == "pass", json.dumps(by_role["harmless"])
+        # An unchanged commit is never blocked. It reads "pass", or "neutral" where a burst
+        # of the shared machine's load left a case undecided: serial, alone in make test,
+        # softmax once read 1.94 [1.19, 2.19] (2026-12-06), inconclusive, never a block.
+        # The whole entry in the message: pytest's repr cut the reason off once.
+        harmless = by_role["harmless"]
+        assert harmless["verdict"] in (RunVerdict.PASS, RunVerdict.NEUTRAL), json.dumps(harmless)
+        harmless_moves = {m["verdict"] for m in harmless["moved"]}
+        assert not harmless_moves & BLOCKING, json.dumps(harmless)
+        if harmless["verdict"] == RunVerdict.NEUTRAL:
+            assert CaseVerdict.INCONCLUSIVE in harmless_moves, json.dumps(harmless)
         assert by_role["slow"]["verdict"] == "fail"
         assert by_role["broken"]["verdict"] == "fail"
         assert report["slow_commits"] == [by_role["slow"]["sha"]]
