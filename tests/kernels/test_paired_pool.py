@@ -691,6 +691,9 @@ def test_a_baseline_given_its_own_home_runs_in_the_coordinators(
     try:
         homes = {}
         for role, (side,) in sides.sides.items():
+            # its hello first: read at once, the environ of a process the kernel is still
+            # exec'ing can be empty (CI, 2026-12-06: StopIteration on the line below)
+            side.ready(120)
             environ = Path(f"/proc/{side.proc.pid}/environ").read_bytes().split(b"\0")
             homes[role] = next(e for e in environ if e.startswith(b"HOME=")).decode()[5:]
     finally:
