@@ -638,6 +638,14 @@ def op():
 """
 
 
+def _environ_of(side: Side) -> list[bytes]:
+    """A side process's environment, as the kernel holds it, after its hello: read at
+    once, the environ of a process the kernel is still exec'ing can be empty (CI,
+    2026-12-06: a StopIteration looking for HOME in it)."""
+    side.ready(120)
+    return Path(f"/proc/{side.proc.pid}/environ").read_bytes().split(b"\0")
+
+
 def _fakejit(root: Path, work: int) -> Path:
     (root / "fakejit").mkdir(parents=True)
     (root / "fakejit" / "__init__.py").write_text(FAKEJIT.format(work=work))
@@ -669,8 +677,7 @@ def test_each_library_builds_its_own_jit_ops_and_a_slower_kernel_is_seen(
         sides.restart()
         a, b = sides.pair()
         for role, side in (("A", a[1]), ("B", b[0])):
-            environ = Path(f"/proc/{side.proc.pid}/environ").read_bytes().split(b"\0")
-            assert f"HOME={homes[role]}".encode() in environ
+            assert f"HOME={homes[role]}".encode() in _environ_of(side)
     finally:
         sides.close()
     # the same interpreter and library path always map to the same home; Triton's
@@ -691,10 +698,7 @@ def test_a_baseline_given_its_own_home_runs_in_the_coordinators(
     try:
         homes = {}
         for role, (side,) in sides.sides.items():
-            # its hello first: read at once, the environ of a process the kernel is still
-            # exec'ing can be empty (CI, 2026-12-06: StopIteration on the line below)
-            side.ready(120)
-            environ = Path(f"/proc/{side.proc.pid}/environ").read_bytes().split(b"\0")
+            environ = _environ_of(side)
             homes[role] = next(e for e in environ if e.startswith(b"HOME=")).decode()[5:]
     finally:
         sides.close()
