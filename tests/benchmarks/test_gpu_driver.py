@@ -202,7 +202,10 @@ def test_suite_aa_counts_verdicts_and_wall_seconds_per_case(
     assert {c["kernel"] for c in cases} == {"gemm"}
     # wall per case from when each record appeared: set-up included, within the suite's wall
     assert all(c["wall_s"] > 0 for c in cases)
-    assert sum(c["wall_s"] for c in cases) <= suite["wall_s"]
+    assert sum(c["wall_s"] for c in cases) == pytest.approx(suite["cases_wall_s"])
+    # the suite's wall is the GPU's time on it, its own pool's start and end included
+    assert suite["cases_wall_s"] <= suite["wall_s"]
+    assert suite["unrecorded_s"] == pytest.approx(suite["wall_s"] - suite["cases_wall_s"], abs=0.01)
     assert all(c["wall_s"] >= (c["blocks_s"] or 0) for c in cases)
     assert suite["blocked"] == any(c["verdict"] in {str(v) for v in BLOCKING} for c in cases)
     assert res["blocked_passes"] == int(suite["blocked"])
