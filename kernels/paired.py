@@ -477,6 +477,12 @@ class Side:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def rename(self, name: str) -> None:
+        """Take another side's name (a spare taking a replaced side's place): the name
+        lives only here, in logs and screen rows, never in the process."""
+        self.name = name
+        self.who = f"{role_of(name)} (side {name})" if name[:1] in ROLES else role_of(name)
+
     def close(self, grace_s: float = 10.0) -> None:
         """Ask the side to quit and reap it; one still busy after ``grace_s`` is killed."""
         self.request_quit()

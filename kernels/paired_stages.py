@@ -255,6 +255,33 @@ def measure_stage(
     )  # fmt: skip
 
 
+def confirmation_stage(
+    sides: SidePool,
+    factory: str,
+    params: dict[str, Any],
+    cfg: PairedConfig,
+    retries: int,
+    seed: int,
+    pairs: int,
+) -> Outcome:
+    """The independent stage that a would-block stage 1 needs: every attempt in new
+    processes, so that each attempt's pairs are new units.
+
+    A process carries an offset of its own that a new set-up in it does not draw
+    again, so a confirmation in stage 1's processes repeats stage 1's offsets, and
+    re-measures pooled in its own processes narrow onto them. On an H100 (2026-12-06,
+    docs/measurement.md §29) an A/A FP8 rowwise GEMM read 1.0056-1.0204 in 13
+    attempts of one pool, stage 1 pooled them to [1.0043, 1.0352], and a
+    confirmation in the same processes agreed: a false block. It runs only for
+    would-block cases, so its start-ups (seconds each) fall on few cases.
+    """
+    sides.restart()
+    return measure_stage(
+        sides, factory, params, cfg, retries, True, seed,
+        rotation=max(1, pairs // 2), max_pairs=pairs,
+    )  # fmt: skip
+
+
 def next_attempt(
     done: int, retries: int, spent_s: float, last_s: float, cfg: PairedConfig
 ) -> Literal["fixed", "short"] | None:
@@ -304,6 +331,7 @@ __all__ = [
     "confirmed",
     "correctness_of",
     "measure_stage",
+    "confirmation_stage",
     "next_attempt",
     "next_seed",
 ]

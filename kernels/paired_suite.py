@@ -85,6 +85,7 @@ from kernelwatch.kernels.paired import (
 )
 from kernelwatch.kernels.paired_stages import (
     Outcome,
+    confirmation_stage,
     confirmed,
     correctness_of,
     measure_stage,
@@ -135,6 +136,13 @@ FACTORY = "kernelwatch.kernels.paired_suite:case"
 # offset (for an fp32 add: ±0.3 %, so pairs differ by 0 or ±0.6 %); over 8 pairs the
 # ratio's run-to-run SD was 0.11-0.14 % (docs/measurement.md, run 11).
 GPU_PAIRS = 8
+# Spare side processes a pool keeps up per role on a GPU, so that the screen's new
+# process is one already started. On an H100 (2026-12-06, docs/measurement.md §28) a
+# round of new processes waited 4.4-6.7 s for interpreters, torch and CUDA contexts,
+# and the FP8 rowwise GEMM's cases paid it in round after round (17-22 s of screen a
+# case); new processes are the cure that works for sides 5-10 % off (95 % cured, in
+# place 42 %: ``python -m benchmarks.screen_cures``).
+GPU_SPARES = 2
 # Re-measures the confirmation may make beyond stage 1's: a block needs both stages to
 # say regression, so the gate's power is the product of theirs; the confirmation runs
 # only for would-block cases (rare), so it can afford to decide more often
@@ -341,6 +349,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the CPU's default: its timing noise is larger than the state the screen finds)",
     )
     p.add_argument(
+        "--spares",
+        type=int,
+        default=None,
+        metavar="N",
+        help="idle side processes kept up per role, so that a side the screen replaces "
+        f"takes one instead of waiting for a new start-up (default {GPU_SPARES} on a GPU "
+        "with the screen on and 3 pairs or more, else 0)",
+    )
+    p.add_argument(
         "--prewarm-after",
         type=float,
         default=0.0,
@@ -401,9 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="fresh_processes",
         action="store_true",
         default=False,
-        help="new side processes for each re-measure and the confirmation (default: a "
-        "new set-up in the same processes, the unit of a short kernel's offsets; new "
-        "processes cost seconds of CUDA contexts each)",
+        help="new side processes for each re-measure of stage 1 (default: a new set-up "
+        "in the same processes, the unit of a short kernel's offsets; new processes cost "
+        "seconds of CUDA contexts each). The confirmation of a would-block case always "
+        "has them, in every attempt",
     )
     p.add_argument(
         "--seed",
@@ -497,7 +515,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         pairs,
         envs={"A": args.baseline_env, "B": args.candidate_env},
         own_home=frozenset({"A"} if args.baseline_own_home else ()),
-    )
+        # only the screen asks for new processes, and it needs 3 pairs
+        spares=args.spares if args.spares is not None else
+        (GPU_SPARES if not cpu and cfg.screen_tol > 0 and pairs >= 3 else 0),
+    )  # fmt: skip
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     ahead = selected_cases(args.suite, size, device, backend, args.kernel, args.skip_case,
                            args.case, announce=False)  # fmt: skip
@@ -639,6 +660,12 @@ class _Sides:
     measured disturbed its blocks by up to 5x on the H200, 2026-12-02: no process
     starts while a comparison runs.)
 
+    ``spares`` processes per role wait beside the pool, up and idle (no case set up):
+    a side replaced (``respawn``, ``replace``, a dead side) takes a spare under its own
+    name before a new process is started. Spares start only where the pool waits for
+    a start-up anyway (its own start, or a replacement no spare covered), and that
+    wait covers theirs, so no process is starting while blocks are timed.
+
     ``take_costs`` hands each case the start-up it waited for: ``start_wait_s`` (what
     it cost the case) and, for sides that came up during it, the slowest side's
     ``process_start_s`` (interpreter and imports) and ``cuda_context_s``.
@@ -652,14 +679,19 @@ class _Sides:
         ready_timeout_s: float | None = 600.0,
         envs: dict[str, dict[str, str]] | None = None,
         own_home: frozenset[str] = frozenset(),
+        spares: int = 0,
     ) -> None:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
+        self.spares = spares
+        self._spare: dict[str, list[Side]] = {name: [] for name in paths}
+        self._spawned = 0  # spares started, for their names
         self.envs = envs or {}
         # roles whose sides keep this process's $HOME (``--baseline-own-home``)
         self.own_home = own_home
         self.ready_timeout_s = ready_timeout_s
         self._costs: dict[str, float] = {}
         self.sides = {name: self._start_all(name) for name in self.paths}
+        self._top_up()  # the pool's own start is waited for: theirs lies within it
         # what setting an off side up again cured, over the pool's comparisons
         self._cures = CureLedger()
 
@@ -681,6 +713,33 @@ class _Sides:
         home = {} if role in self.own_home else side_home(self.pythons[role], self.paths[role])
         env = {**home, **self.envs.get(role, {}), "PYTHONPATH": path}
         return Side(label, python=self.pythons[role], env=env, hello=True)
+
+    def _top_up(self) -> None:
+        """Start spares until each role has ``spares``; the caller waits for them."""
+        for role, spare in self._spare.items():
+            spare[:] = [s for s in spare if s.alive()]
+            while len(spare) < self.spares:
+                self._spawned += 1
+                spare.append(self._start(f"{role}spare{self._spawned}", role))
+
+    def _fresh(self, role: str, name: str) -> Side:
+        """A process for side ``name`` of ``role``: a spare that is up, else a new one."""
+        spare = self._spare[role]
+        while spare:
+            side = spare.pop(0)
+            if side.alive():
+                side.rename(name)
+                return side
+            side.close()
+        return self._start(name, role)
+
+    def _wait_with_spares(self, sides: list[Side]) -> None:
+        """Wait for ``sides``; where one of them is a new start-up, top the spares up
+        first so that the one wait covers theirs too."""
+        if any(s.started is None for s in sides):
+            self._top_up()
+            sides = sides + [s for spare in self._spare.values() for s in spare]
+        self._wait_ready(sides)
 
     def _wait_ready(self, sides: list[Side]) -> None:
         """Wait until every side is up; count the wait and the slowest start-up."""
@@ -731,10 +790,10 @@ class _Sides:
                     self._swap(role, i)
 
     def _swap(self, role: str, i: int) -> Side:
-        """Side i of ``role`` closed and started again under its name."""
+        """Side i of ``role`` closed; a spare or a new process takes its name."""
         old = self.sides[role][i]
         old.close(grace_s=2.0)
-        self.sides[role][i] = self._start(old.name, role)
+        self.sides[role][i] = self._fresh(role, old.name)
         return self.sides[role][i]
 
     def respawn(self, sides: Sequence[Side]) -> list[Side]:
@@ -752,7 +811,10 @@ class _Sides:
         if strangers:
             raise ValueError(f"sides {strangers} are not in this pool")
         new = [self._swap(*where[id(s)]) for s in sides]
-        self._wait_ready(new)
+        if self.spares:
+            log.info("spares took %d of %d sides", sum(s.started is not None for s in new),
+                     len(new))  # fmt: skip
+        self._wait_with_spares(new)
         return new
 
     def prewarm(
@@ -812,13 +874,15 @@ class _Sides:
             for i, side in enumerate(sides):
                 if not side.alive():
                     side.close()
-                    sides[i] = self._start(side.name, role)
-        self._wait_ready([s for sides in self.sides.values() for s in sides])
+                    sides[i] = self._fresh(role, side.name)
+        self._wait_with_spares([s for sides in self.sides.values() for s in sides])
         return self.sides["A"], self.sides["B"]
 
     def close(self, grace_s: float = 10.0) -> None:
-        """Every side asked to quit at once, then reaped against one shared deadline."""
-        self._close(self.sides, grace_s)
+        """Every side and spare asked to quit at once, then reaped against one shared
+        deadline."""
+        pool = {role: self.sides[role] + self._spare.get(role, []) for role in self.sides}
+        self._close(pool, grace_s)
 
     @staticmethod
     def _close(pool: dict[str, list[Side]], grace_s: float = 10.0) -> None:
@@ -900,17 +964,19 @@ def measure_case(
             final = CaseVerdict.INCONCLUSIVE  # unconfirmed: never a block on one stage
             paired.note = "not confirmed: the run's GPU budget was spent"
         elif final in BLOCKING:
-            if fresh_processes:
-                sides.restart()
-            # independent: new inputs, new set-ups, other pairings, its own groups
+            # independent: new processes, new inputs, new set-ups, its own groups
             try:
                 # more re-measures than stage 1: it runs only for would-block cases, and a
                 # true regression left inconclusive here is a miss (power = p1 x p2)
-                second = measure_stage(
-                    sides, FACTORY, params, cfg, retries + CONFIRMATION_EXTRA_RETRIES,
-                    fresh_processes, next_seed(seed), rotation=max(1, pairs // 2),
-                    max_pairs=pairs,
-                )  # fmt: skip
+                second = confirmation_stage(
+                    sides,
+                    FACTORY,
+                    params,
+                    cfg,
+                    retries + CONFIRMATION_EXTRA_RETRIES,
+                    next_seed(seed),
+                    pairs,
+                )
                 final = confirmed(first, second)
                 if second.result.stop_reason == UNSTEADY:
                     paired.note = f"confirmation {UNSTEADY_NOTE}"

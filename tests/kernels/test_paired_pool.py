@@ -38,7 +38,12 @@ from kernelwatch.kernels.paired import (
     narrowing_left,
     on_time_groups,
 )
-from kernelwatch.kernels.paired_stages import measure_stage, next_attempt
+from kernelwatch.kernels.paired_stages import (
+    confirmation_stage,
+    confirmed,
+    measure_stage,
+    next_attempt,
+)
 from kernelwatch.kernels.paired_suite import (
     UNSTEADY_NOTE,
     _candidate_timing,
@@ -558,6 +563,33 @@ def test_an_unsteady_case_is_recorded_neutral_and_the_next_case_measured(
     assert "KW-PAIRED stop (unsteady) after 0 groups" in done.stderr
 
 
+def test_a_replaced_side_takes_a_spare_and_spares_start_only_beside_a_wait() -> None:
+    # on an H100 (2026-12-06, §28) each screen round of new processes waited 4.4-6.7 s
+    # for start-ups; a spare that is up already takes the replaced side's name
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, spares=1)
+    try:
+        a, b = sides.pair()
+        (spare,) = sides._spare["A"]
+        assert spare.started is not None  # the pool's own wait covered the spare's
+        old = a[0]
+        (taken,) = sides.respawn([old])
+        assert taken is spare and taken.name == "A" and "side A" in taken.who
+        assert sides.sides["A"] == [spare] and not old.alive()
+        assert sides._spare["A"] == []  # no start-up was waited for: none started
+        assert len(sides._spare["B"]) == 1  # B's spare untouched
+        # no spare left: a new process, and the wait for it starts A's spare too
+        (new,) = sides.respawn([taken])
+        assert new is not spare and new.name == "A" and new.started is not None
+        (again,) = sides._spare["A"]
+        assert again.started is not None and again.alive() and not spare.alive()
+        assert sides.pair()[1] == b  # B's side was never replaced
+        every = [s for group in sides.sides.values() for s in group]
+        every += [s for group in sides._spare.values() for s in group]
+    finally:
+        sides.close()
+    assert not any(s.alive() for s in every)  # the spares end with the pool
+
+
 def test_a_pool_respawns_only_its_own_sides() -> None:
     sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=1)
     stranger = Side("X")
@@ -924,6 +956,83 @@ def test_a_short_kernel_is_re_measured_in_short_attempts_until_its_set_ups_decid
                         lambda *a, **k: _set_up_offsets(next(seeds), 0.0, 0.014, 2))  # fmt: skip
     same = measure_stage(cast(Any, pool), "f:f", {}, cfg, 2, False, 7)
     assert same.timing == CaseVerdict.UNCHANGED, same.result
+
+
+class _OffsetPool:
+    """Eight process pairs, each process with an offset of its own (log scale) that a
+    new set-up in it keeps and only new processes draw again: the FP8 rowwise GEMM of
+    docs/measurement.md §29, whose 13 attempts in one A/A pool read 1.0056-1.0204."""
+
+    def __init__(self, rng: random.Random, sd: float) -> None:
+        self.rng, self.sd, self.pairs, self.restarts = rng, sd, 8, 0
+        self.respawn, self.cures = None, None
+        self._draw()
+
+    def _draw(self) -> None:
+        self.a = [("A", self.rng.gauss(0.0, self.sd)) for _ in range(8)]
+        self.b = [("B", self.rng.gauss(0.0, self.sd)) for _ in range(8)]
+
+    def pair(self) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        return list(self.a), list(self.b)
+
+    def restart(self) -> None:
+        self.restarts += 1
+        self._draw()
+
+    def replace(self, names: Sequence[str]) -> None:
+        pass
+
+
+def _process_offsets_compare(effect: float, setup_sd: float, rng: random.Random) -> Any:
+    """``compare`` over an ``_OffsetPool``: each pair's groups sit at the effect plus its
+    candidate's offset minus its baseline's, plus a set-up offset drawn anew."""
+
+    def scripted(a: list[Any], b: list[Any], *args: Any, **kwargs: Any) -> PairedResult:
+        rounds = min(args[3].rounds_max, 6)
+        pair_logs = [
+            math.log1p(effect) + ob - oa + rng.gauss(0.0, setup_sd)
+            for (_, oa), (_, ob) in zip(a, b, strict=True)
+        ]
+        groups = [math.exp(pair_logs[g % 8]) for g in range(8 * rounds)]
+        return PairedResult(
+            ratio=math.nan, ci_low=math.nan, ci_high=math.nan, groups=len(groups),
+            verdict=CaseVerdict.INCONCLUSIVE, stop_reason=ROUNDS_MAX, seconds=0.1,
+            a_median=1e-5, b_median=1e-5, group_ratios=groups,
+            pairs=[g % 8 for g in range(len(groups))],
+            clusters=[g % 8 for g in range(len(groups))],
+            a_blocks=[1e-5] * 2 * len(groups), b_blocks=[1e-5] * 2 * len(groups),
+        )  # fmt: skip
+
+    return scripted
+
+
+def test_a_confirmation_in_new_processes_does_not_repeat_stage_ones_offsets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A/A under process offsets of 1.5 %: stage 1's re-measures in its own processes
+    # narrow onto their mean offset and now and then read a regression; a confirmation
+    # in those processes agreed (the H100's false block, §29), one in new processes
+    # for every attempt is independent of them
+    rng = random.Random(29)
+    monkeypatch.setattr(paired_stages, "compare", _process_offsets_compare(0.0, 0.003, rng))
+    cfg = PairedConfig(short_remeasure_s=3600.0, attempts_max=16)
+    trials, stage1, same, fresh = 300, 0, 0, 0
+    for trial in range(trials):
+        pool = _OffsetPool(rng, 0.015)
+        first = measure_stage(cast(Any, pool), "f:f", {}, cfg, 2, False, trial)
+        if first.timing != CaseVerdict.REGRESSION:
+            continue
+        stage1 += 1
+        # the old confirmation: the same processes, another pairing
+        old = measure_stage(cast(Any, pool), "f:f", {}, cfg, 4, False, trial + 1, rotation=4)
+        same += confirmed(first, old) == CaseVerdict.REGRESSION
+        restarts = pool.restarts
+        second = confirmation_stage(cast(Any, pool), "f:f", {}, cfg, 4, trial + 1, 8)
+        assert pool.restarts == restarts + second.attempts  # new processes each attempt
+        fresh += confirmed(first, second) == CaseVerdict.REGRESSION
+    assert stage1 >= 10, stage1  # the offsets fool stage 1 often enough to matter
+    assert same >= stage1 // 2, (same, stage1)  # and the same processes repeat them
+    assert fresh <= max(1, trials // 100), (fresh, stage1)  # <= 1 % false blocks
 
 
 def test_a_short_re_measure_must_fit_the_stages_time() -> None:
