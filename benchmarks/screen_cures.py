@@ -87,8 +87,7 @@ def _logs(paths: Iterable[Path]) -> Iterator[list[str]]:
 def table(counts: Counter[tuple[str, str, bool]]) -> list[str]:
     """One row per band: cured of tried, in place and in a new process."""
     rows = [f"{'deviation':<13}{'set up again in place':>24}{'in a new process':>22}"]
-    names = [band(b - 0.5) for b in BANDS] + [band(BANDS[-1])]
-    for name in names:
+    for name in (band(low) for low in (5.0, *BANDS)):
         cells = []
         for way in WAYS:
             cured, still = counts[(name, way, True)], counts[(name, way, False)]

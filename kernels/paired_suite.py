@@ -140,8 +140,8 @@ GPU_PAIRS = 8
 # process is one already started. On an H100 (2026-12-06, docs/measurement.md §28) a
 # round of new processes waited 4.4-6.7 s for interpreters, torch and CUDA contexts,
 # and the FP8 rowwise GEMM's cases paid it in round after round (17-22 s of screen a
-# case); new processes are the cure that works for sides 5-10 % off (95 % cured, in
-# place 42 %: ``python -m benchmarks.screen_cures``).
+# case); new processes are the cure that works for sides 5-10 % off (80 % cured, in
+# place 45 %: ``python -m benchmarks.screen_cures``, 2026-12-06).
 GPU_SPARES = 2
 # Re-measures the confirmation may make beyond stage 1's: a block needs both stages to
 # say regression, so the gate's power is the product of theirs; the confirmation runs

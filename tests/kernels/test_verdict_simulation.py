@@ -12,6 +12,10 @@ one group per pair per round, ``judge`` after every round until a verdict, the b
 and twice the budget, up to 2 times, every attempt's pairs judged together. A case blocks
 when a second, independent measurement of the same kind confirms its regression
 (``verdict.confirm``), so its two-stage probability is the one-stage probability squared.
+The confirmation is independent in the product too: every attempt in new processes
+(``paired_stages.confirmation_stage``). Stage 1's re-measures reuse its processes; what
+that does under offsets a process keeps is
+``test_paired_pool.py::test_a_confirmation_in_new_processes_does_not_repeat_stage_ones_offsets``.
 
 The intervals are computed with numpy for all trials at once, checked against
 ``kernels.paired.judge`` on a sample, and every verdict is ``kernels.verdict.decide``'s.
