@@ -371,9 +371,7 @@ class Side:
         Its stderr is this process's: what the kernel under test prints joins the
         coordinator's log (``_protocol_stdout``).
         """
-        self.name = name
-        # errors name the role first, as the unpaired runner's name the runner
-        self.who = f"{role_of(name)} (side {name})" if name[:1] in ROLES else role_of(name)
+        self.rename(name)
         self.spawned = time.time()  # wall clock: the side's ``hello`` says when it was ready
         self.proc = subprocess.Popen(
             [python, "-m", "kernelwatch.kernels.paired"],
@@ -479,7 +477,8 @@ class Side:
 
     def rename(self, name: str) -> None:
         """Take another side's name (a spare taking a replaced side's place): the name
-        lives only here, in logs and screen rows, never in the process."""
+        lives only here, in logs and screen rows, never in the process. Errors name
+        the role first, as the unpaired runner's name the runner."""
         self.name = name
         self.who = f"{role_of(name)} (side {name})" if name[:1] in ROLES else role_of(name)
 
@@ -1030,6 +1029,12 @@ class CureLedger:
         return n < self.MIN_TRIES or self.cured["new_process"] >= self.FUTILE * n
 
 
+def screen_runs(cfg: PairedConfig, pairs: int) -> bool:
+    """Whether a comparison of ``pairs`` pairs screens its sides (``_Screen``): a
+    tolerance set, and 3 pairs to tell an off side from its role's level."""
+    return cfg.screen_tol > 0 and pairs >= 3
+
+
 class _Screen:
     """The warm-up of every pair, and the screen of ``compare`` over the sides' levels.
 
@@ -1159,8 +1164,7 @@ class _Screen:
         m = len(self.sides["A"])
         for i in range(m):
             self._warm(i)
-        tol = self.cfg.screen_tol
-        if m < 3 or tol <= 0:
+        if not screen_runs(self.cfg, m):
             return
         for i in range(m):
             la, lb = self._warm(i)
@@ -1296,6 +1300,7 @@ __all__ = [
     "SideTimeout",
     "UNSTEADY",
     "role_of",
+    "screen_runs",
     "compare",
     "judge",
     "judge_reliable",

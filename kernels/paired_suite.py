@@ -82,6 +82,7 @@ from kernelwatch.kernels.paired import (
     SideError,
     SideTimeout,
     role_of,
+    screen_runs,
 )
 from kernelwatch.kernels.paired_stages import (
     Outcome,
@@ -517,7 +518,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         own_home=frozenset({"A"} if args.baseline_own_home else ()),
         # only the screen asks for new processes, and it needs 3 pairs
         spares=args.spares if args.spares is not None else
-        (GPU_SPARES if not cpu and cfg.screen_tol > 0 and pairs >= 3 else 0),
+        (GPU_SPARES if not cpu and screen_runs(cfg, pairs) else 0),
     )  # fmt: skip
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     ahead = selected_cases(args.suite, size, device, backend, args.kernel, args.skip_case,
