@@ -1,12 +1,12 @@
 """The stages of one paired verdict: measure (with its re-measures), then confirm.
 
-``paired_suite.measure_case`` runs stage 1 and, when it would block, an
-independent confirmation; this module is what one stage is. A stage sets every
-side up from one seed (identical inputs on both sides and in every process
-pair), lets the first pair's sides check their result once per role, measures
-until the interval decides or the budget is spent, and re-measures an
-inconclusive case in fresh processes (the process is the unit), pooling the
-groups of its attempts. Its outcome carries both findings (the time interval's
+``paired_suite.measure_case`` runs stage 1 and, when it finds a change
+(``verdict.CONFIRMED``: would block, or an improvement), an independent confirmation;
+this module is what one stage is. A stage sets every side up from one seed (identical
+inputs on both sides and in every process pair), lets the first pair's sides check their
+result once per role, measures until the interval decides or the budget is spent, and
+re-measures an inconclusive case in fresh processes (the process is the unit), pooling
+the groups of its attempts. Its outcome carries both findings (the time interval's
 verdict, with the throttle guard; the accuracy verdict from the two checks) for
 ``confirmed`` to combine with a second stage's. Record construction stays in
 ``paired_suite``; the rule itself is ``kernels/verdict.py``'s.
@@ -264,8 +264,8 @@ def confirmation_stage(
     seed: int,
     pairs: int,
 ) -> Outcome:
-    """The independent stage that a would-block stage 1 needs: every attempt in new
-    processes, so that each attempt's pairs are new units.
+    """The independent stage that a stage-1 change needs (``verdict.CONFIRMED``):
+    every attempt in new processes, so that each attempt's pairs are new units.
 
     A process carries an offset of its own that a new set-up in it does not draw
     again, so a confirmation in stage 1's processes repeats stage 1's offsets, and
@@ -273,7 +273,8 @@ def confirmation_stage(
     docs/measurement.md §29) an A/A FP8 rowwise GEMM read 1.0056-1.0204 in 13
     attempts of one pool, stage 1 pooled them to [1.0043, 1.0352], and a
     confirmation in the same processes agreed: a false block. It runs only for
-    would-block cases, so its start-ups (seconds each) fall on few cases.
+    cases whose stage 1 found a change, so its start-ups (seconds each) fall on few
+    cases.
     """
     sides.restart()
     return measure_stage(
@@ -301,14 +302,16 @@ def next_attempt(
 
 
 def confirmed(first: Outcome, second: Outcome) -> CaseVerdict:
-    """The two-stage verdict: a blocking stage-1 finding stands only if stage 2 agrees."""
+    """The two-stage verdict: a stage-1 finding (``verdict.CONFIRMED``) stands only if
+    stage 2 agrees; a blocking one is read first, so a less accurate kernel that also
+    got faster is judged by its accuracy."""
     if first.accuracy.verdict == CaseVerdict.LESS_ACCURATE:
         acc = confirm_accuracy(CaseVerdict.LESS_ACCURATE, second.accuracy.verdict)
         if acc == CaseVerdict.LESS_ACCURATE:
             return acc
-    if first.timing == CaseVerdict.REGRESSION:
-        timing = confirm(CaseVerdict.REGRESSION, second.timing)
-        if timing == CaseVerdict.REGRESSION:
+    if first.timing in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT):
+        timing = confirm(first.timing, second.timing)
+        if timing == first.timing:
             return timing
     return CaseVerdict.INCONCLUSIVE
 

@@ -26,10 +26,10 @@ candidate/baseline gets an interval and a verdict (``kernels/verdict.py``).
   inconclusive with a note, and the run neutral.
 - **Accuracy**: a candidate whose error grew beyond the margin over the
   baseline's on the same inputs is ``less_accurate``, even inside the bound.
-- **Two stages**: a verdict that would block (regression, less_accurate) is
-  confirmed by an independent stage (new inputs, new set-ups, other pairings, its
-  own groups, more re-measures); if it disagrees the case is ``inconclusive``.
-  Both are recorded.
+- **Two stages**: a change (regression, less_accurate, improvement:
+  ``verdict.CONFIRMED``) is confirmed by an independent stage (new inputs, new set-ups,
+  other pairings, its own groups, more re-measures); if it disagrees the case is
+  ``inconclusive``. Both are recorded.
 - **Telemetry**: one block under the clock floor or under a thermal/hardware
   throttle reason makes the case unreliable; it is then at worst inconclusive.
 - **A failed baseline check** is re-checked once in fresh processes before the
@@ -115,7 +115,7 @@ from kernelwatch.kernels.runner import (
 from kernelwatch.kernels.suite import CaseSpec, load_impl, load_suite, unknown_suites
 from kernelwatch.kernels.units import ratio_text, seconds_text
 from kernelwatch.kernels.verdict import (
-    BLOCKING,
+    CONFIRMED,
     ERROR_STATUS,
     FAIL_STATUS,
     NOTE_STILL_BROKEN,
@@ -146,7 +146,7 @@ GPU_PAIRS = 8
 GPU_SPARES = 2
 # Re-measures the confirmation may make beyond stage 1's: a block needs both stages to
 # say regression, so the gate's power is the product of theirs; the confirmation runs
-# only for would-block cases (rare), so it can afford to decide more often
+# only for cases whose stage 1 found a change (rare), so it can afford to decide more often
 # (tests/kernels/test_verdict_simulation.py: +1 % caught >= 95 % with both stages).
 CONFIRMATION_EXTRA_RETRIES = 2
 # A stage's time for the short re-measures (``PairedConfig.short_remeasure_s``) on a GPU:
@@ -421,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="new side processes for each re-measure of stage 1 (default: a new set-up "
         "in the same processes, the unit of a short kernel's offsets; new processes cost "
-        "seconds of CUDA contexts each). The confirmation of a would-block case always "
+        "seconds of CUDA contexts each). The confirmation of a stage-1 change always "
         "has them, in every attempt",
     )
     p.add_argument(
@@ -943,8 +943,8 @@ def measure_case(
 
     Stage 1 measures (with up to ``retries`` re-measures while inconclusive, each a
     new set-up, in new processes with ``fresh_processes``); a flaky baseline check is
-    re-checked once in fresh processes first. A stage-1 verdict that would block
-    (regression, less_accurate) is confirmed by an independent stage: fresh
+    re-checked once in fresh processes first. A stage-1 change (regression,
+    less_accurate, improvement) is confirmed by an independent stage: fresh
     processes, new inputs, its own groups; if it disagrees the case is inconclusive
     (``verdict.confirm``, ``verdict.confirm_accuracy``).
     """
@@ -961,13 +961,13 @@ def measure_case(
         second: Outcome | None = None
         final = first.verdict
         confirming = time.perf_counter()
-        if final in BLOCKING and deadline is not None and confirming >= deadline:
-            final = CaseVerdict.INCONCLUSIVE  # unconfirmed: never a block on one stage
+        if final in CONFIRMED and deadline is not None and confirming >= deadline:
+            final = CaseVerdict.INCONCLUSIVE  # unconfirmed: never a change on one stage
             paired.note = "not confirmed: the run's GPU budget was spent"
-        elif final in BLOCKING:
+        elif final in CONFIRMED:
             # independent: new processes, new inputs, new set-ups, its own groups
             try:
-                # more re-measures than stage 1: it runs only for would-block cases, and a
+                # more re-measures than stage 1: it runs only for stage-1 changes, and a
                 # true regression left inconclusive here is a miss (power = p1 x p2)
                 second = confirmation_stage(
                     sides,

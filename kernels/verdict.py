@@ -113,6 +113,14 @@ POINT = 0.5
 BLOCKING: frozenset[CaseVerdict] = frozenset(
     {CaseVerdict.REGRESSION, CaseVerdict.LESS_ACCURATE, CaseVerdict.BROKEN}
 )
+# Verdicts that stand only if an independent second stage agrees (``confirm``): the
+# blocking findings, and an improvement, which a kernel engineer reads as a claim too
+# (an A/A FP8 GEMM read a one-stage "improvement" [0.983, 0.9973] on an H100,
+# 2026-12-06, docs/measurement.md §29). Broken needs no second stage: a failed check
+# is its own evidence.
+CONFIRMED: frozenset[CaseVerdict] = frozenset(
+    {CaseVerdict.REGRESSION, CaseVerdict.LESS_ACCURATE, CaseVerdict.IMPROVEMENT}
+)
 # Verdicts of a case whose time (or accuracy) was compared with the baseline.
 COMPARED: frozenset[CaseVerdict] = frozenset(
     {

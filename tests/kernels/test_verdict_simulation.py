@@ -247,7 +247,9 @@ def test_confirmation_needs_two_regressions() -> None:
     r, u, i = CaseVerdict.REGRESSION, CaseVerdict.UNCHANGED, CaseVerdict.INCONCLUSIVE
     assert confirm(r, r) == r
     assert confirm(r, u) == i and confirm(r, i) == i
-    assert confirm(u, r) == u  # only a would-be block is re-measured
+    assert confirm(u, r) == u  # only a stage-1 change is re-measured
+    im = CaseVerdict.IMPROVEMENT
+    assert confirm(im, im) == im and confirm(im, u) == i and confirm(im, r) == i
     assert confirm(CaseVerdict.BROKEN, u) == CaseVerdict.BROKEN
 
 
