@@ -665,7 +665,11 @@ class _Sides:
     a side replaced (``respawn``, ``replace``, a dead side) takes a spare under its own
     name before a new process is started. Spares start only where the pool waits for
     a start-up anyway (its own start, or a replacement no spare covered), and that
-    wait covers theirs, so no process is starting while blocks are timed.
+    wait covers theirs, so no process is starting while blocks are timed. A role
+    whose round of replacements outran its spares keeps as many spares as that round
+    took from then on (up to its ``pairs``): on an H100 (2026-12-06, §29) the FP8
+    rowwise GEMM's screen replaced up to 4 sides of a role a round, and with 2 spares
+    each such round waited a start-up again (15.5 s of one case's 42.6 s).
 
     ``take_costs`` hands each case the start-up it waited for: ``start_wait_s`` (what
     it cost the case) and, for sides that came up during it, the slowest side's
@@ -685,6 +689,8 @@ class _Sides:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
         self.spares = spares
         self._spare: dict[str, list[Side]] = {name: [] for name in paths}
+        # spares kept per role: ``spares``, raised to a round's demand that outran them
+        self._keep: dict[str, int] = dict.fromkeys(paths, spares)
         self._spawned = 0  # spares started, for their names
         self.envs = envs or {}
         # roles whose sides keep this process's $HOME (``--baseline-own-home``)
@@ -716,10 +722,10 @@ class _Sides:
         return Side(label, python=self.pythons[role], env=env, hello=True)
 
     def _top_up(self) -> None:
-        """Start spares until each role has ``spares``; the caller waits for them."""
+        """Start spares until each role has what it keeps; the caller waits for them."""
         for role, spare in self._spare.items():
             spare[:] = [s for s in spare if s.alive()]
-            while len(spare) < self.spares:
+            while len(spare) < self._keep[role]:
                 self._spawned += 1
                 spare.append(self._start(f"{role}spare{self._spawned}", role))
 
@@ -811,10 +817,15 @@ class _Sides:
         strangers = [s.name for s in sides if id(s) not in where]
         if strangers:
             raise ValueError(f"sides {strangers} are not in this pool")
+        roles = [where[id(s)][0] for s in sides]
         new = [self._swap(*where[id(s)]) for s in sides]
         if self.spares:
-            log.info("spares took %d of %d sides", sum(s.started is not None for s in new),
-                     len(new))  # fmt: skip
+            for role in set(roles):
+                if any(s.started is None for s, r in zip(new, roles, strict=True) if r == role):
+                    demand = min(self.pairs, roles.count(role))
+                    self._keep[role] = max(self._keep[role], demand)
+            log.info("spares took %d of %d sides; spares kept a role: %s",
+                     sum(s.started is not None for s in new), len(new), self._keep)  # fmt: skip
         self._wait_with_spares(new)
         return new
 

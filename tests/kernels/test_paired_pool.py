@@ -590,6 +590,27 @@ def test_a_replaced_side_takes_a_spare_and_spares_start_only_beside_a_wait() -> 
     assert not any(s.alive() for s in every)  # the spares end with the pool
 
 
+def test_a_round_that_outran_the_spares_raises_what_its_role_keeps() -> None:
+    # on an H100 (2026-12-06, §29) the FP8 rowwise GEMM's screen replaced up to 4 sides
+    # of a role a round: with 2 spares each such round waited for start-ups again
+    sides = _Sides(
+        {"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3, spares=1
+    )
+    try:
+        a, _ = sides.pair()
+        taken = sides.respawn(a[:2])  # one spare covers one of two
+        assert sum(s.started is None for s in taken) == 0  # the wait brought both up
+        assert len(sides._spare["A"]) == 2 and len(sides._spare["B"]) == 1
+        assert all(s.started is not None for s in sides._spare["A"])
+        again = sides.respawn(sides.pair()[0][:2])  # now the spares cover the round
+        assert sides._spare["A"] == [] and all(s.started is not None for s in again)
+        every = [s for group in sides.sides.values() for s in group]
+        every += [s for group in sides._spare.values() for s in group]
+    finally:
+        sides.close()
+    assert not any(s.alive() for s in every)
+
+
 def test_a_pool_respawns_only_its_own_sides() -> None:
     sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=1)
     stranger = Side("X")
