@@ -27,8 +27,9 @@ Compile seconds go to ``compile_log()`` and, where ``KW_CUTLASS_DSL_COMPILE_LOG`
 names a file, one JSON line per compile there: a result record has no field for them.
 
 The tile: 128×256 for ``m > 64``; for thin GEMMs (``m ≤ 64``, decode-sized) the one
-the H100 measured best for the output's width and the depth (``thin_tile``), cluster
-1×1 unless a long k pays for 1×2. ``CUTLASS_DSL_TILE=128x128`` /
+the card's class measured best for the output's width and the depth (``thin_tile``:
+the H100's, with the H200's own where a paired run said it differs), cluster 1×1
+unless a long k pays for 1×2. ``CUTLASS_DSL_TILE=128x128`` /
 ``CUTLASS_DSL_CLUSTER=2x1`` override it for a whole run; ``run(case,
 TileConfig(...))`` for one call. The tile is the code
 under test's choice, not the service's, so the names carry no ``KW_`` prefix: a
@@ -48,6 +49,7 @@ import torch
 
 from kernelwatch.kernels.adapters import Unavailable, require_cuda
 from kernelwatch.kernels.adapters.cutlass_dsl_env import DIST, KERNEL_CLASS, Dsl, describe, load
+from kernelwatch.kernels.devclass import CPU_CLASS, device_class
 from kernelwatch.kernels.suite import Inputs
 
 LIB = DIST
@@ -103,23 +105,44 @@ MID_N = 4096  # qkv (n = 6144): 64x128, 23.1 against 24.8 (and 1x2 lost 2.2 %, p
 DEEP_K = 8192  # down (k = 14336): 64x64 in a 1x2 cluster, 5.4 % faster, paired
 
 
-def thin_tile(n: int, k: int) -> TileConfig:
-    """The tile for a ``64 × n`` output over depth ``k`` (the constants above)."""
+# Where another card's best tile differs from the H100's: (card class, the constant's
+# band) -> tile. On the H200 (2026-12-06, docs/measurement.md §31) the qkv band's
+# 64x128 read 1.063 [1.0596, 1.0663] against 64x64, paired and confirmed through the
+# sandboxed worker, and the sweep 19.4 against 18.4 µs; gate_up's 64x256 and down's
+# 64x64 in 1x2 stayed the H200's best too.
+CARD_TILES: dict[tuple[str, str], TileConfig] = {("h200", "mid"): TileConfig((64, 64))}
+
+
+def current_card() -> str:
+    """The device class of this process's CUDA device (``devclass.device_class``), the
+    CPU class without one: what ``thin_tile`` looks its card's tiles up by."""
+    if not torch.cuda.is_available():
+        return CPU_CLASS
+    return device_class(torch.cuda.get_device_name())
+
+
+def thin_tile(n: int, k: int, card: str = "") -> TileConfig:
+    """The tile for a ``64 × n`` output over depth ``k`` on a ``card`` class (the
+    constants above, then ``CARD_TILES``)."""
     if n >= WIDE_N:
         return TileConfig((64, 256))
     if n > MID_N:
-        return TileConfig((64, 128))
+        return CARD_TILES.get((card, "mid"), TileConfig((64, 128)))
     if k >= DEEP_K:
         return TileConfig((64, 64), (1, 2))
     return TileConfig((64, 64))
 
 
-def tile_config(m: int, n: int, env: dict[str, str] | None = None, *, k: int = 0) -> TileConfig:
-    """The tile and cluster for an ``m × n`` output over depth ``k`` (see the module
-    docstring). A tile named in the environment comes with its own cluster, 1×1 unless
-    named too: a recipe that names a tile means that configuration, not a default's."""
+def tile_config(
+    m: int, n: int, env: dict[str, str] | None = None, *, k: int = 0, card: str | None = None
+) -> TileConfig:
+    """The tile and cluster for an ``m × n`` output over depth ``k`` on a ``card`` class
+    (this process's device where None; see the module docstring). A tile named in the
+    environment comes with its own cluster, 1×1 unless named too: a recipe that names a
+    tile means that configuration, not a default's."""
     env = dict(os.environ) if env is None else env
-    default = thin_tile(n, k) if m <= 64 else TileConfig((128, 256))
+    card = current_card() if card is None else card
+    default = thin_tile(n, k, card) if m <= 64 else TileConfig((128, 256))
     tile = _pair(env.get(TILE_ENV), TILE_ENV)
     cluster = _pair(env.get(CLUSTER_ENV), CLUSTER_ENV)
     if tile is None:
@@ -269,6 +292,8 @@ __all__ = [
     "gemm_grouped_fp8_rowwise",
     "run",
     "thin_tile",
+    "current_card",
+    "CARD_TILES",
     "tile_config",
     "unsupported",
 ]

@@ -98,8 +98,20 @@ def test_tiles_follow_the_shape_unless_overridden() -> None:
         (4096, 14336): "64x64/1x2",  # down: the long k pays for a cluster
     }
     for (n, k), label in thin.items():
-        assert cd.tile_config(64, n, {}, k=k).label == label, (n, k)
-        assert cd.tile_config(16, n, {}, k=k).label == label  # any m of one M tile
+        assert cd.tile_config(64, n, {}, k=k, card="h100").label == label, (n, k)
+        assert cd.tile_config(16, n, {}, k=k, card="h100").label == label  # any m of one M tile
+        # the H200 differs in qkv's band only: 64x128 read 1.063 against 64x64 there
+        h200 = "64x64/1x1" if (n, k) == (6144, 4096) else label
+        assert cd.tile_config(64, n, {}, k=k, card="h200").label == h200, (n, k)
+    # a card with no measurements of its own takes the H100's; so does a CPU process
+    assert cd.tile_config(64, 6144, {}, k=4096, card="b200").label == "64x128/1x1"
+    assert cd.current_card() == "cpu" and cd.tile_config(64, 6144, {}, k=4096).label == (
+        "64x128/1x1"
+    )
+    # a recipe's tile is that tile on every card
+    assert cd.tile_config(64, 6144, {cd.TILE_ENV: "64x128"}, k=4096, card="h200").label == (
+        "64x128/1x1"
+    )
     over = {cd.TILE_ENV: "128x128", cd.CLUSTER_ENV: "2x1"}
     assert cd.tile_config(64, 64, over).label == "128x128/2x1"
     # a recipe's tile means that configuration: its cluster is 1x1 unless named too
