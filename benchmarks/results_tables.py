@@ -366,6 +366,30 @@ def fa_service(data: Dataset, library: str) -> str:
     )
 
 
+def _gemm_case(r: ResultRecord) -> str:
+    """A GEMM case as a kernel engineer names it: model and layer where the suite says,
+    then m x n x k and the dtype."""
+    p = r.params
+    where = f"{p['model']} {p['layer']}, " if "layer" in p else ""
+    return f"{r.kernel} {where}{p.get('m')}x{p.get('n')}x{p.get('k')}, {p.get('dtype')}"
+
+
+def cutlass_dsl_service(
+    data: Dataset, prefix: str = "service-h200-2026-12-06/cutlass-dsl-run"
+) -> str:
+    """CUTLASS's CuTe DSL GEMM through the sandboxed worker: the adapter's default tiles
+    paired against the recipe's 64x64 (the cases the example cannot compute skip, saying
+    why, and are not rows)."""
+    return paired_history(
+        data,
+        prefix,
+        _gemm_case,
+        "case: ratio, interval, verdict, candidate median",
+        with_median=True,
+        measured_only=True,
+    )
+
+
 def sdpa_reference(
     data: Dataset, file: str = "service-h200-2026-12-02/sdpa-flash-run9.jsonl.gz"
 ) -> str:
@@ -496,6 +520,7 @@ TABLES: dict[str, Callable[[Dataset], str]] = {
     "fa2-versions": fa2_versions,
     "fa3-service": lambda data: fa_service(data, "fa3"),
     "fa2-service": lambda data: fa_service(data, "fa2"),
+    "cutlass-dsl-service": cutlass_dsl_service,
     "dataset": dataset_index,
 }
 

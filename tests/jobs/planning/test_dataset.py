@@ -25,7 +25,7 @@ FA3_B = "3e87e421f898c6919fa417d00e5afcec5909debe"
 FA3_C = "c75d019dea9d910312974417bc28f190dfdda6d9"
 FA3_CULPRIT = "59df2f9bdf029f8e837ca79e1c0fe8c5d32dea25"
 FA2_V283 = "060c9188beec3a8b62b33a3bfa6d5d2d44975fab"
-RUNS = 36
+RUNS = 37
 
 
 def _record_files() -> set[str]:
@@ -142,12 +142,13 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(dataset: I
         sizes += [204, 7, 7]  # 2026-12-04: FlashInfer 0.5.3's decode suite; 0.5.3 → 0.6.0
         sizes += [156]  # 2026-12-05: FlashInfer 0.6.0's decode suite, cut by its timeout
         sizes += [10, 10, 20]  # 2026-12-06: FA3's three commits, FA2's two tags, paired
+        sizes += [24]  # 2026-12-06: the CuTe DSL GEMM's two tile recipes, paired
         assert [len(r.results) for r in runs] == sizes
         # measured dates, not the day of the import
         assert [r.created.date().isoformat() for r in runs] == [
             "2026-11-29", "2026-11-29", "2026-11-30", "2026-11-30", *["2026-12-01"] * 7,
             *["2026-12-02"] * 9, *["2026-12-03"] * 9, *["2026-12-04"] * 3, "2026-12-05",
-            *["2026-12-06"] * 3,
+            *["2026-12-06"] * 4,
         ]  # fmt: skip
         by_sha = {r.commit.sha: r for r in runs[:4]}
         # FA3's commits carry their own dates and are in history order
@@ -183,7 +184,7 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(dataset: I
         }
         # FlashInfer 0.6.0 against 0.5.3's run of the same 7 cases on the same card, not
         # against 0.5.3's whole suite on another card: nothing blocks
-        whole, subset, newer, suite060 = runs[-7:-3]
+        whole, subset, newer, suite060 = runs[-8:-4]
         assert newer.baseline_run_id == subset.id and newer.verdict == "neutral"
         bases = [s.get(Result, r.baseline_result_id) for r in newer.results]
         assert {b.run_id for b in bases if b is not None} == {subset.id} and None not in bases
@@ -211,7 +212,7 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(dataset: I
         # FA3 and FA2 paired through the sandboxed worker (2026-12-06, docs/measurement.md
         # section 24): every measured case unchanged, the GQA-8 prefix case among them
         # (its 1.41 above was timed before the host guard)
-        fa3_b, fa3_c, fa2 = runs[-3:]
+        fa3_b, fa3_c, fa2, tiles = runs[-4:]
         assert all(r.options.paired and r.verdict == "pass" for r in (fa3_b, fa3_c, fa2))
         assert fa3_c.baseline_sha == fa3_b.commit.sha
         assert gqa(fa3_b).verdict == "unchanged"
@@ -219,6 +220,15 @@ def test_the_whole_dataset_imports_into_sqlite_with_its_known_figures(dataset: I
         measured = [r for r in fa2.results if r.status == "pass"]
         assert len(measured) == 6 and {r.verdict for r in measured} == {"unchanged"}
         assert all(r.error for r in fa2.results if r.status == "skip")
+        # CUTLASS's CuTe DSL, the default tiles against 64x64, paired through the
+        # sandboxed worker on the H200 (2026-12-06, docs/measurement.md section 31): the
+        # H100-tuned qkv tile is a confirmed regression there, the large GEMMs ~2.9x faster
+        assert tiles.options.paired and tiles.verdict == "fail"
+        bf16 = {r.record["params"]["m"]: r for r in tiles.results if r.status == "pass"
+                and r.record["params"].get("layer") == "qkv"}  # fmt: skip
+        assert bf16[64].verdict == "regression" and bf16[64].ratio == pytest.approx(1.063, abs=1e-3)
+        assert bf16[4096].verdict == "improvement" and bf16[4096].ratio < 0.35
+        assert sum(r.status == "pass" for r in tiles.results) == 10
     # each imported run reads its own row's note, though both share the commit (whose
     # message the first import wrote)
     for run_id, note in ((suite060_id, "FlashInfer 0.6.0's decode suite"),
