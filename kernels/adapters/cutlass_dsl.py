@@ -39,6 +39,7 @@ commits whose recipes name two tiles compares the two configurations.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -113,12 +114,19 @@ DEEP_K = 8192  # down (k = 14336): 64x64 in a 1x2 cluster, 5.4 % faster, paired
 CARD_TILES: dict[tuple[str, str], TileConfig] = {("h200", "mid"): TileConfig((64, 64))}
 
 
-def current_card() -> str:
-    """The device class of this process's CUDA device (``devclass.device_class``), the
-    CPU class without one: what ``thin_tile`` looks its card's tiles up by."""
+def current_card(index: int | None = None) -> str:
+    """The device class of CUDA device ``index`` (the current one where None;
+    ``devclass.device_class``), the CPU class without CUDA: what ``thin_tile`` looks its
+    card's tiles up by."""
     if not torch.cuda.is_available():
         return CPU_CLASS
-    return device_class(torch.cuda.get_device_name())
+    return _card_of(torch.cuda.current_device() if index is None else index)
+
+
+@functools.cache
+def _card_of(index: int) -> str:
+    """Once per device and process: ``run`` asks at every call, timed ones included."""
+    return device_class(torch.cuda.get_device_name(index))
 
 
 def thin_tile(n: int, k: int, card: str = "") -> TileConfig:
@@ -250,7 +258,9 @@ def run(case: Inputs, config: TileConfig | None = None) -> torch.Tensor:
     if why:
         raise Unavailable(why)
     dsl = load()
-    cfg = config or tile_config(a.size(0), w.size(0), k=a.size(1))
+    cfg = config or tile_config(
+        a.size(0), w.size(0), k=a.size(1), card=current_card(a.device.index)
+    )
     cache = case.setdefault(CACHE_KEY, {})
     views = [_view(dsl, t, cache) for t in (a, w, out)]
     stream = dsl.driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
