@@ -694,6 +694,7 @@ __all__ = [
     "excluded_effect",
     "BLOCKING",
     "COMPARED",
+    "CONFIRMED",
     "CONFIDENCE",
     "MARGIN",
     "MIN_EFFECT",
