@@ -38,6 +38,7 @@ from kernelwatch.kernels.paired import (
 from kernelwatch.kernels.record import Correctness, PairedStage
 from kernelwatch.kernels.runner import SEED_SPACE
 from kernelwatch.kernels.verdict import (
+    CONFIRMED,
     AccuracyDecision,
     CaseVerdict,
     accuracy_verdict,
@@ -309,11 +310,8 @@ def confirmed(first: Outcome, second: Outcome) -> CaseVerdict:
         acc = confirm_accuracy(CaseVerdict.LESS_ACCURATE, second.accuracy.verdict)
         if acc == CaseVerdict.LESS_ACCURATE:
             return acc
-    if first.timing in (CaseVerdict.REGRESSION, CaseVerdict.IMPROVEMENT):
-        timing = confirm(first.timing, second.timing)
-        if timing == first.timing:
-            return timing
-    return CaseVerdict.INCONCLUSIVE
+    timing = confirm(first.timing, second.timing)  # passes a non-change through
+    return timing if timing in CONFIRMED else CaseVerdict.INCONCLUSIVE
 
 
 def correctness_of(info: dict[str, Any]) -> Correctness | None:

@@ -820,10 +820,9 @@ class _Sides:
         roles = [where[id(s)][0] for s in sides]
         new = [self._swap(*where[id(s)]) for s in sides]
         if self.spares:
-            for role in set(roles):
-                if any(s.started is None for s, r in zip(new, roles, strict=True) if r == role):
-                    demand = min(self.pairs, roles.count(role))
-                    self._keep[role] = max(self._keep[role], demand)
+            uncovered = {r for s, r in zip(new, roles, strict=True) if s.started is None}
+            for role in uncovered:
+                self._keep[role] = max(self._keep[role], min(self.pairs, roles.count(role)))
             log.info("spares took %d of %d sides; spares kept a role: %s",
                      sum(s.started is not None for s in new), len(new), self._keep)  # fmt: skip
         self._wait_with_spares(new)
