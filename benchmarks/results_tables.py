@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.gpu.cutlass_dsl import case_label
 from kernelwatch.jobs.planning.dataset import DatasetRun, Manifest, load_manifest
 from kernelwatch.jobs.planning.importer import read_records
 from kernelwatch.kernels.record import PairedSection, ResultRecord
@@ -367,11 +368,9 @@ def fa_service(data: Dataset, library: str) -> str:
 
 
 def _gemm_case(r: ResultRecord) -> str:
-    """A GEMM case as a kernel engineer names it: model and layer where the suite says,
-    then m x n x k and the dtype."""
-    p = r.params
-    where = f"{p['model']} {p['layer']}, " if "layer" in p else ""
-    return f"{r.kernel} {where}{p.get('m')}x{p.get('n')}x{p.get('k')}, {p.get('dtype')}"
+    """A GEMM case as the CuTe DSL driver's tables name it (``case_label``: m x n x k,
+    model and layer), after its kernel and before its dtype."""
+    return f"{r.kernel} {case_label(r.params)}, {r.params.get('dtype')}"
 
 
 def cutlass_dsl_service(
