@@ -64,6 +64,7 @@ def commands() -> dict[str, ModuleType]:
         cards,
         cutlass_dsl,
         fi_repro,
+        first_call,
         fleet,
         gputests,
         host_gap,
@@ -84,7 +85,7 @@ def commands() -> dict[str, ModuleType]:
 
     mods = (
         prelude, gputests, measure, paired, states, suite_aa, power, libraries, bisect, fleet,
-        cards, host_gap, fi_repro, reference_cost,
+        cards, host_gap, fi_repro, reference_cost, first_call,
         cutlass_dsl, prepare, prepare_cutlass_dsl,
         liger, liger_replay, service,
     )  # fmt: skip
