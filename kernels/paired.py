@@ -766,6 +766,8 @@ def compare(
     first_pair: dict[str, Any] | None = None,
     respawn: Callable[[Sequence[Side]], list[Side]] | None = None,
     cures: CureLedger | None = None,
+    warm: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+    settle: Callable[[], None] | None = None,
 ) -> PairedResult:
     """Set both sides up with the case, screen them, then alternate blocks until a verdict.
 
@@ -776,7 +778,10 @@ def compare(
     ``respawn``: the pool's way to replace sides' processes (``paired_suite._Sides``),
     started together; the screen uses it for sides that a set-up again in the same
     process did not cure, while ``cures`` (the pool's ``CureLedger``, kept across its
-    comparisons) says new processes cure here.
+    comparisons) says new processes cure here. ``warm`` and ``settle``: the pool's spares
+    set the case up beside each set-up this comparison waits for (``warm`` sends, before
+    the sides' own set-ups; ``settle`` reads, after them), so that a later replacement
+    sets up warm (``paired_suite._Sides.warm``); nothing is timed while they run.
 
     Every block's SM clock and throttle reasons are kept; one throttled block makes
     the comparison unreliable (``telemetry.blocks_reliable``), and an unreliable
@@ -832,7 +837,12 @@ def compare(
         for sides, params in ((sides_b, params_b), (sides_a, params_a))
         for i in range(len(sides))
     ]
+    spare_asks = {"A": {**setup, "params": params_a}, "B": {**setup, "params": params_b}}
+    if warm is not None:
+        warm(spare_asks)
     db, da = _set_up(sides_b, sides_a, asks, cfg)
+    if settle is not None:
+        settle()
     costs["setup_s"] = time.perf_counter() - began
     log.info("set up %d sides in %.1f s", 2 * m, costs["setup_s"])
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
@@ -871,7 +881,11 @@ def compare(
         # the inputs back into the memory the off set-up just freed
         asks = [{**setup, "params": params_b, "new_placement": True}] * len(cands)
         asks += [{**setup, "params": params_a, "new_placement": True}] * len(bases)
+        if warm is not None and renew:  # the spares a round of new processes started
+            warm(spare_asks)
         _set_up(cands, bases, asks, cfg)
+        if settle is not None:
+            settle()
         log.info("set %d sides up again in %.1f s", len(batch), time.perf_counter() - began)
 
     screen.run(again)

@@ -65,6 +65,10 @@ class SidePool(Protocol):
 
     def respawn(self, sides: Sequence[Side]) -> list[Side]: ...
 
+    def warm(self, asks: dict[str, dict[str, Any]]) -> None: ...
+
+    def settle(self) -> None: ...
+
     @property
     def cures(self) -> CureLedger: ...
 
@@ -187,6 +191,7 @@ def measure_stage(
             a, b, factory, side_params, side_params,
             replace(cfg, budget_s=budget, rounds_max=rounds_max),
             first_pair={"check": True}, respawn=sides.respawn, cures=sides.cures,
+            warm=sides.warm, settle=sides.settle,
         )  # fmt: skip
         checked = checked or result
         for key, value in result.costs.items():

@@ -359,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
         "with the screen on and 3 pairs or more, else 0)",
     )
     p.add_argument(
+        "--warm-spares",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="spares set the case up once beside a set-up the pool waits for anyway, so "
+        "a side the screen replaces sets up warm (default off: not yet measured on a GPU)",
+    )
+    p.add_argument(
         "--prewarm-after",
         type=float,
         default=0.0,
@@ -519,6 +526,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         # only the screen asks for new processes, and it needs 3 pairs
         spares=args.spares if args.spares is not None else
         (GPU_SPARES if not cpu and screen_runs(cfg, pairs) else 0),
+        warm_spares=args.warm_spares,
     )  # fmt: skip
     out: TextIO = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
     ahead = selected_cases(args.suite, size, device, backend, args.kernel, args.skip_case,
@@ -674,6 +682,16 @@ class _Sides:
     ``take_costs`` hands each case the start-up it waited for: ``start_wait_s`` (what
     it cost the case) and, for sides that came up during it, the slowest side's
     ``process_start_s`` (interpreter and imports) and ``cuda_context_s``.
+
+    ``warm_spares``: a spare sets the case up once (and releases it) beside a set-up
+    the pool waits for anyway, the comparison's first or a screen round's, so that a
+    side it later replaces sets up warm. A new process's first set-up pays its
+    library's imports, JIT loads and first calls: in the suite A/As of 2026-12-04..06
+    the screen's 69 rounds with new processes spent 346 s setting them up (5.0 s a
+    round, against 0.2 s for a set-up again in place), 14 % of the A/As' 2473 s, and
+    a LayerNorm check's first call in a new process took 11-14 s on an H100
+    (docs/measurement.md §32). ``warm`` sends the set-ups, ``settle`` reads them (the
+    comparison calls it where it waits for its own); nothing is timed in between.
     """
 
     def __init__(
@@ -685,9 +703,13 @@ class _Sides:
         envs: dict[str, dict[str, str]] | None = None,
         own_home: frozenset[str] = frozenset(),
         spares: int = 0,
+        warm_spares: bool = False,
     ) -> None:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
         self.spares = spares
+        self.warm_spares = warm_spares
+        self._warmed: set[int] = set()  # ids of spares that have set a case up once
+        self._warming: list[Side] = []  # spares sent a warm-up set-up, reply unread
         self._spare: dict[str, list[Side]] = {name: [] for name in paths}
         # spares kept per role: ``spares``, raised to a round's demand that outran them
         self._keep: dict[str, int] = dict.fromkeys(paths, spares)
@@ -731,6 +753,8 @@ class _Sides:
 
     def _fresh(self, role: str, name: str) -> Side:
         """A process for side ``name`` of ``role``: a spare that is up, else a new one."""
+        if self._warming:  # a spare's warm-up reply must be read before it is asked anew
+            self.settle()
         spare = self._spare[role]
         while spare:
             side = spare.pop(0)
@@ -760,6 +784,51 @@ class _Sides:
         self._add("start_wait_s", time.perf_counter() - waited)
         self._add("process_start_s", max(x["start_s"] - x["cuda_s"] for x in starts))
         self._add("cuda_context_s", max(x["cuda_s"] for x in starts))
+
+    def warm(self, asks: dict[str, dict[str, Any]]) -> None:
+        """Send each role's spares that never set a case up the set-up ``asks[role]``
+        (one placement), without waiting: ``settle`` reads the replies. Off unless
+        ``warm_spares``."""
+        if not self.warm_spares:
+            return
+        warming = {id(s) for s in self._warming}
+        for role, spare in self._spare.items():
+            ask = asks.get(role)
+            if ask is None:
+                continue
+            for side in spare:
+                if id(side) in self._warmed or id(side) in warming or not side.alive():
+                    continue
+                try:
+                    side.send({**ask, "placements": 1, "new_placement": False})
+                except SideDied:
+                    continue
+                self._warming.append(side)
+
+    def settle(self) -> None:
+        """Read the warm-ups ``warm`` sent and release their memory; a spare that failed,
+        died or hung is closed (the next top-up replaces it): a spare's warm-up never
+        decides a case, whose own sides meet the same failure in their set-ups."""
+        warming, self._warming = self._warming, []
+        if not warming:
+            return
+        began = time.perf_counter()
+        done: list[Side] = []
+        for side in warming:
+            try:
+                side.receive("setup", self.ready_timeout_s)
+                side.ask({"cmd": "release"}, self.ready_timeout_s)
+            except (SideError, SideDied, SideTimeout) as exc:
+                log.info("spare %s failed its warm-up (%s): closed", side.name,
+                         type(exc).__name__)  # fmt: skip
+                side.close(grace_s=2.0)
+                continue
+            self._warmed.add(id(side))
+            done.append(side)
+        for spare in self._spare.values():
+            spare[:] = [s for s in spare if s.alive()]
+        log.info("warmed %d spares in %.1f s (beside the set-up waited for)", len(done),
+                 time.perf_counter() - began)  # fmt: skip
 
     def _add(self, key: str, value: float) -> None:
         self._costs[key] = self._costs.get(key, 0.0) + value

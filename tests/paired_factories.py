@@ -16,6 +16,8 @@ a GPU kernel:
   the H200 (docs/measurement.md §10): only a new process cures it;
 - ``setup_span``: a set-up that holds for a while and leaves its span, to tell set-ups
   one at a time from set-ups all at once;
+- ``process_slow_cold``: ``process_slow`` whose first set-up in a process holds a
+  while and every set-up is logged, to tell a warm spare's set-up from a cold one;
 - ``jit_built``: the work of the library ``fakejit`` on the side's path, "compiled" on
   first use into a cache under ``$HOME`` keyed by the library's version only, as
   FlashInfer's JIT keeps its ops (``paired_suite.side_home``).
@@ -81,6 +83,23 @@ def processes_slow(token_dir: str, sick: int = 2, n: int = 96, slow: int = 3, **
     their whole life: only a new process cures them."""
     mine = any(owns_token(token_dir, f"sick-{k}") for k in range(sick))
     return _matmul(n, slow if mine else 1)
+
+
+_SETUPS = [0]  # this process's set-ups so far (``process_slow_cold``)
+
+
+def process_slow_cold(
+    token_dir: str, n: int = 96, slow: int = 3, cold_s: float = 0.5, **_: Any
+) -> SideCase:
+    """``process_slow``, and a process's first set-up holds ``cold_s`` more (its
+    library's imports and JIT loads); each set-up leaves ``pid count`` in
+    ``setups.log``, the count being its place among its process's set-ups."""
+    _SETUPS[0] += 1
+    if _SETUPS[0] == 1:
+        time.sleep(cold_s)
+    with open(Path(token_dir) / "setups.log", "a", encoding="utf-8") as fh:
+        fh.write(f"{os.getpid()} {_SETUPS[0]}\n")
+    return process_slow(token_dir, n, slow)
 
 
 def one_fast_process(token_dir: str, n: int = 96, slow: int = 3, **_: Any) -> SideCase:

@@ -228,6 +228,15 @@ def _sick_side(token_dir: Path) -> tuple[PairedConfig, dict[str, Any]]:
     return cfg, {"token_dir": str(token_dir), "slow": 8, "n": 128}
 
 
+def _stage_one(
+    sides: _Sides, factory: str, params: dict[str, Any], cfg: PairedConfig
+) -> paired_stages.Outcome:
+    """Stage 1 of one case in ``sides``, no re-measures (seed 1234)."""
+    stage = functools.partial(measure_stage, sides, factory, params, cfg, 0, False)
+    outcome, _ = _first_stage(sides, stage, 1234, None, PairedSection(verdict="error"))
+    return outcome
+
+
 def test_a_side_slow_in_its_first_set_up_is_set_up_again_not_averaged(tmp_path: Path) -> None:
     a = [Side(f"A{i}") for i in range(3)]
     b = [Side(f"B{i}") for i in range(3)]
@@ -317,11 +326,7 @@ def test_a_screen_that_cannot_leave_its_off_pairs_out_times_nothing(tmp_path: Pa
     try:
         sides.pair()
         cfg, params = _sick_side(tmp_path)
-        stage = functools.partial(
-            measure_stage, sides, "tests.paired_factories:one_fast_process", params, cfg, 0,
-            False,
-        )  # fmt: skip
-        outcome, _ = _first_stage(sides, stage, 1234, None, PairedSection(verdict="error"))
+        outcome = _stage_one(sides, "tests.paired_factories:one_fast_process", params, cfg)
         result = outcome.result
         assert result.stop_reason == UNSTEADY, result.screen
         assert outcome.attempts == 1 and result.groups == 0 and result.group_ratios == []
@@ -355,7 +360,8 @@ def test_an_unsteady_re_measure_keeps_the_groups_timed_before_it(
     script = iter([attempt([1.03, 0.97, 1.04, 0.96] * 2, "rounds_max"), attempt([], UNSTEADY)])
     monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None,
+                           warm=None, settle=None)  # fmt: skip
     outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 1, False, 7)
     assert outcome.attempts == 2 and outcome.timing == CaseVerdict.INCONCLUSIVE
     result = outcome.result
@@ -385,7 +391,8 @@ def test_a_stage_counts_the_samples_its_sides_queued_late(
     script = iter([attempt(3, 1), attempt(2, 0)])
     monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None,
+                           warm=None, settle=None)  # fmt: skip
     outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 1, False, 7)
     stage = outcome.section()
     assert outcome.attempts == 2
@@ -413,7 +420,8 @@ def test_a_stage_pools_its_attempts_without_their_host_late_groups(
     script = iter([attempt(wild, [False] * 7 + [True])])
     monkeypatch.setattr(paired_stages, "compare", lambda *a, **k: next(script))
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None,
+                           warm=None, settle=None)  # fmt: skip
     outcome = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 0, False, 7)
     assert outcome.timing == CaseVerdict.UNCHANGED
     assert outcome.result.ci_high < 1.01 and outcome.result.groups == 8
@@ -436,7 +444,8 @@ def test_sick_sides_are_replaced_only_where_new_processes_cure(
     ledger = CureLedger(tried={"in_place": 0, "new_process": 6},
                         cured={"in_place": 0, "new_process": cured})  # fmt: skip
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=replaced.append, respawn=None, cures=ledger)  # fmt: skip
+                           replace=replaced.append, respawn=None, cures=ledger,
+                           warm=None, settle=None)  # fmt: skip
     measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 0, False, 7)
     # 3 of 6 cured: new processes pay, the sick side is replaced; 1 of 6: it stays
     assert replaced == ([["A1"]] if cured == 3 else [])
@@ -531,7 +540,8 @@ def test_an_unsteady_attempt_whose_time_moves_ends_the_stage(
         )  # fmt: skip
 
     pool = SimpleNamespace(pairs=4, pair=lambda: ([None] * 4, [None] * 4),
-                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None,
+                           warm=None, settle=None)  # fmt: skip
     for drifted, attempts in ((True, 1), (False, 3)):
         scripted = functools.partial(lambda d, *a, **k: unsteady(d), drifted)
         monkeypatch.setattr(paired_stages, "compare", scripted)
@@ -609,6 +619,62 @@ def test_a_round_that_outran_the_spares_raises_what_its_role_keeps() -> None:
     finally:
         sides.close()
     assert not any(s.alive() for s in every)
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_warm_spare_replaces_a_side_with_a_warm_set_up(tmp_path: Path, warm: bool) -> None:
+    # a new process's first set-up pays its library's imports and JIT loads: 346 s of
+    # the A/As' 2473 s went to setting the screen's new processes up (§32); a warm spare
+    # set the case up once beside the comparison's own set-up and released it
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3,
+                   spares=1, warm_spares=warm)  # fmt: skip
+    try:
+        spares = {s.proc.pid for group in sides._spare.values() for s in group}
+        # the sick process is a pool side's, chosen now: a spare warming beside the
+        # pool's first set-up must not claim the token first
+        (tmp_path / "sick").write_text(str(sides.pair()[0][1].proc.pid))
+        cfg, params = _sick_side(tmp_path)
+        params = {**params, "cold_s": 0.3}
+        outcome = _stage_one(sides, "tests.paired_factories:process_slow_cold", params, cfg)
+        result = outcome.result
+        assert result.respawns == 1 and result.excluded_pairs == [], result.screen
+        after = {s.proc.pid for group in sides.pair() for s in group}
+        (taken,) = after & spares  # the one replacement took its role's spare
+        counts: dict[int, list[int]] = {}
+        for line in (tmp_path / "setups.log").read_text().split("\n"):
+            if line:
+                pid, n = map(int, line.split())
+                counts.setdefault(pid, []).append(n)
+        # warm: the spare's warm-up was its first set-up, the side's its second
+        assert counts[taken] == ([1, 2] if warm else [1]), counts
+        # the other role's spare, never taken, warmed once or never
+        (idle,) = spares - {taken}
+        assert counts.get(idle, []) == ([1] if warm else [])
+        assert 0.5 < result.ratio < 2.0
+    finally:
+        sides.close()
+
+
+def test_a_spare_whose_warm_up_fails_is_closed_and_decides_nothing(tmp_path: Path) -> None:
+    sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=1,
+                   spares=1, warm_spares=True)  # fmt: skip
+    try:
+        sides.pair()
+        spare_a, spare_b = sides._spare["A"][0], sides._spare["B"][0]
+        ask = {"cmd": "setup", "factory": "tests.paired_factories:fails_or_hangs",
+               "timer": {}, "placements": 1}  # fmt: skip
+        sides.warm({"A": {**ask, "params": {"mode": "raise"}}, "B": {**ask, "params": {}}})
+        sides.warm({"A": {**ask, "params": {}}})  # sent once: a spare warming is not asked again
+        assert len(sides._warming) == 2
+        sides.settle()
+        assert not spare_a.alive() and sides._spare["A"] == []
+        assert spare_b.alive() and sides._spare["B"] == [spare_b]
+        assert sides._warming == [] and id(spare_b) in sides._warmed
+        # the next wait for a start-up tops the role up again
+        (new,) = sides.respawn([sides.pair()[0][0]])
+        assert new.started is not None and len(sides._spare["A"]) == 1
+    finally:
+        sides.close()
 
 
 def test_a_pool_respawns_only_its_own_sides() -> None:
@@ -796,13 +862,20 @@ def test_the_worker_entry_logs_where_a_comparisons_time_goes(tmp_path: Path) -> 
     assert steps[2] == "KW-PAIRED screen round 0: 0 of 6 sides off []"
     # the last line is the last stage's: stage 1's, or, where stage 1 read a change (a
     # loaded 2-core CI machine did so in an A/A, 2026-12-04), the confirmation's
-    last = record["paired"]["confirmation"] or record["paired"]["stage1"]
+    # one stop line per attempt of either stage: a confirmation re-measures in new
+    # processes (a loaded CI machine's stage-1 "improvement" took three, 2026-12-07);
+    # a stage of one attempt ends on its attempt's own verdict
+    stage1, confirmation = record["paired"]["stage1"], record["paired"]["confirmation"]
     stops = [line for line in steps if line.startswith("KW-PAIRED stop (")]
-    assert len(stops) == 1 + (record["paired"]["confirmation"] is not None), steps
+    n1, n2 = stage1["attempts"], (confirmation or {}).get("attempts", 0)
+    assert len(stops) == n1 + n2, steps
     assert steps[-1] == stops[-1]
-    assert stops[0].startswith(f"KW-PAIRED stop ({record['paired']['stop_reason']}) after ")
-    assert stops[0].endswith(record["paired"]["stage1"]["timing_verdict"])
-    assert steps[-1].endswith(last["timing_verdict"])
+    if n1 == 1:
+        assert stops[0].startswith(f"KW-PAIRED stop ({record['paired']['stop_reason']}) after ")
+        assert stops[0].endswith(stage1["timing_verdict"])
+    last = confirmation or stage1
+    if last["attempts"] == 1:
+        assert steps[-1].endswith(last["timing_verdict"])
 
 
 def test_every_case_carries_its_gpu_seconds_and_where_they_went(tmp_path: Path) -> None:
@@ -957,7 +1030,8 @@ def test_a_short_kernel_is_re_measured_in_short_attempts_until_its_set_ups_decid
 
     monkeypatch.setattr(paired_stages, "compare", scripted)
     pool = SimpleNamespace(pairs=8, pair=lambda: ([None] * 8, [None] * 8),
-                           replace=lambda names: None, respawn=None, cures=None)  # fmt: skip
+                           replace=lambda names: None, respawn=None, cures=None,
+                           warm=None, settle=None)  # fmt: skip
     fixed = measure_stage(cast(Any, pool), "f:f", {}, PairedConfig(), 2, False, 7)
     assert fixed.attempts == 3 and fixed.timing == CaseVerdict.INCONCLUSIVE
     assert rounds_asked == [6, 6, 6]  # off: the old protocol, attempt for attempt
@@ -987,6 +1061,7 @@ class _OffsetPool:
     def __init__(self, rng: random.Random, sd: float) -> None:
         self.rng, self.sd, self.pairs, self.restarts = rng, sd, 8, 0
         self.respawn, self.cures = None, None
+        self.warm, self.settle = None, None
         self._draw()
 
     def _draw(self) -> None:
