@@ -191,7 +191,9 @@ def measure_stage(
             a, b, factory, side_params, side_params,
             replace(cfg, budget_s=budget, rounds_max=rounds_max),
             first_pair={"check": True}, respawn=sides.respawn, cures=sides.cures,
-            warm=sides.warm, settle=sides.settle,
+            # a case too large for every side's memory has no room for spares' set-ups
+            warm=sides.warm if max_pairs is None or max_pairs >= sides.pairs else None,
+            settle=sides.settle,
         )  # fmt: skip
         checked = checked or result
         for key, value in result.costs.items():
