@@ -388,6 +388,9 @@ class Side:
         # comparisons in which the screen found this process off: one that is off again
         # in a later comparison relapsed after its set-up again in place (``_Screen``)
         self.found_off = 0
+        # a spare that set a case up once, so that its next set-up is warm
+        # (``paired_suite._Sides.warm``)
+        self.warmed = False
         self._hello_sent = False
         if hello:
             self.send({"cmd": "hello"})
@@ -767,7 +770,7 @@ def compare(
     respawn: Callable[[Sequence[Side]], list[Side]] | None = None,
     cures: CureLedger | None = None,
     warm: Callable[[dict[str, dict[str, Any]]], None] | None = None,
-    settle: Callable[[], None] | None = None,
+    settle: Callable[[float | None], None] | None = None,
 ) -> PairedResult:
     """Set both sides up with the case, screen them, then alternate blocks until a verdict.
 
@@ -842,7 +845,7 @@ def compare(
         warm(spare_asks)
     db, da = _set_up(sides_b, sides_a, asks, cfg)
     if settle is not None:
-        settle()
+        settle(cfg.ask_timeout_s)
     costs["setup_s"] = time.perf_counter() - began
     log.info("set up %d sides in %.1f s", 2 * m, costs["setup_s"])
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
@@ -885,7 +888,7 @@ def compare(
             warm(spare_asks)
         _set_up(cands, bases, asks, cfg)
         if settle is not None:
-            settle()
+            settle(cfg.ask_timeout_s)
         log.info("set %d sides up again in %.1f s", len(batch), time.perf_counter() - began)
 
     screen.run(again)

@@ -708,7 +708,6 @@ class _Sides:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
         self.spares = spares
         self.warm_spares = warm_spares
-        self._warmed: set[int] = set()  # ids of spares that have set a case up once
         self._warming: list[Side] = []  # spares sent a warm-up set-up, reply unread
         self._spare: dict[str, list[Side]] = {name: [] for name in paths}
         # spares kept per role: ``spares``, raised to a round's demand that outran them
@@ -753,8 +752,8 @@ class _Sides:
 
     def _fresh(self, role: str, name: str) -> Side:
         """A process for side ``name`` of ``role``: a spare that is up, else a new one."""
-        if self._warming:  # a spare's warm-up reply must be read before it is asked anew
-            self.settle()
+        if self._warming:
+            self._abandon_warm_ups()
         spare = self._spare[role]
         while spare:
             side = spare.pop(0)
@@ -797,7 +796,7 @@ class _Sides:
             if ask is None:
                 continue
             for side in spare:
-                if id(side) in self._warmed or id(side) in warming or not side.alive():
+                if side.warmed or id(side) in warming or not side.alive():
                     continue
                 try:
                     side.send({**ask, "placements": 1, "new_placement": False})
@@ -805,30 +804,43 @@ class _Sides:
                     continue
                 self._warming.append(side)
 
-    def settle(self) -> None:
-        """Read the warm-ups ``warm`` sent and release their memory; a spare that failed,
-        died or hung is closed (the next top-up replaces it): a spare's warm-up never
-        decides a case, whose own sides meet the same failure in their set-ups."""
+    def settle(self, timeout_s: float | None = None) -> None:
+        """Read the warm-ups ``warm`` sent (each within ``timeout_s``, the case's own
+        limit) and release their memory; a spare that failed, died or hung is closed
+        (the next top-up replaces it): a spare's warm-up never decides a case, whose own
+        sides meet the same failure in their set-ups."""
         warming, self._warming = self._warming, []
         if not warming:
             return
         began = time.perf_counter()
-        done: list[Side] = []
+        done = 0
         for side in warming:
             try:
-                side.receive("setup", self.ready_timeout_s)
-                side.ask({"cmd": "release"}, self.ready_timeout_s)
+                side.receive("setup", timeout_s)
+                side.ask({"cmd": "release"}, timeout_s)
             except (SideError, SideDied, SideTimeout) as exc:
                 log.info("spare %s failed its warm-up (%s): closed", side.name,
                          type(exc).__name__)  # fmt: skip
                 side.close(grace_s=2.0)
                 continue
-            self._warmed.add(id(side))
-            done.append(side)
+            side.warmed = True
+            done += 1
+        self._drop_dead_spares()
+        log.info("warmed %d spares in %.1f s (beside the set-up waited for)", done,
+                 time.perf_counter() - began)  # fmt: skip
+
+    def _abandon_warm_ups(self) -> None:
+        """Close the spares whose warm-up nobody read: the comparison that sent them
+        ended in a failure before its ``settle``, and a warm-up still running there (a
+        hung case) must not hold the pool."""
+        warming, self._warming = self._warming, []
+        for side in warming:
+            side.close(grace_s=2.0)
+        self._drop_dead_spares()
+
+    def _drop_dead_spares(self) -> None:
         for spare in self._spare.values():
             spare[:] = [s for s in spare if s.alive()]
-        log.info("warmed %d spares in %.1f s (beside the set-up waited for)", len(done),
-                 time.perf_counter() - began)  # fmt: skip
 
     def _add(self, key: str, value: float) -> None:
         self._costs[key] = self._costs.get(key, 0.0) + value

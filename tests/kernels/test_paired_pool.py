@@ -666,13 +666,20 @@ def test_a_spare_whose_warm_up_fails_is_closed_and_decides_nothing(tmp_path: Pat
         sides.warm({"A": {**ask, "params": {"mode": "raise"}}, "B": {**ask, "params": {}}})
         sides.warm({"A": {**ask, "params": {}}})  # sent once: a spare warming is not asked again
         assert len(sides._warming) == 2
-        sides.settle()
+        sides.settle(30.0)
         assert not spare_a.alive() and sides._spare["A"] == []
         assert spare_b.alive() and sides._spare["B"] == [spare_b]
-        assert sides._warming == [] and id(spare_b) in sides._warmed
+        assert sides._warming == [] and spare_b.warmed and not spare_a.warmed
         # the next wait for a start-up tops the role up again
         (new,) = sides.respawn([sides.pair()[0][0]])
         assert new.started is not None and len(sides._spare["A"]) == 1
+        # a warm-up that hangs, sent by a comparison that failed before reading it, is
+        # closed when the pool next needs a process, not waited for
+        (hung,) = sides._spare["A"]
+        sides.warm({"A": {**ask, "params": {"mode": "hang"}}})
+        assert sides._warming == [hung]
+        sides.respawn([sides.pair()[1][0]])  # B's side: A's spare is not taken
+        assert sides._warming == [] and not hung.alive() and sides._spare["A"] == []
     finally:
         sides.close()
 
