@@ -31,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -83,31 +83,26 @@ def child(args: argparse.Namespace) -> int:
                 _, _, info = case(suite, args.size, cid, args.impl, args.backend, seed=1)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                parts = info.get("check_parts", {})
             except Exception as exc:  # a broken case is a row, not the end of the run
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 break
+            finally:
+                if profiler is not None:
+                    profiler.disable()
+                    row["profile"] = _top(profiler)
             row[f"{turn}_s"] = time.perf_counter() - t
-            row[f"{turn}_call_s"] = float(parts.get("check_call_s", 0.0))
+            row[f"{turn}_call_s"] = float(info.get("check_parts", {}).get("check_call_s", 0.0))
             row[f"{turn}_new_cache"] = _entries(cache) - before
-            if profiler is not None:
-                profiler.disable()
-                row["profile"] = _top(profiler)
         print(json.dumps(row), flush=True)
     return 0
 
 
-def _side_env(path: str) -> dict[str, str]:
-    """A side's environment: its library first on the path, its ``$HOME`` and Triton cache."""
-    from kernelwatch.kernels.paired_suite import side_home
-
-    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, **side_home(sys.executable, path),
-            "PYTHONPATH": os.pathsep.join([p for p in (path, *own) if p])}  # fmt: skip
-
-
 def _generation(args: argparse.Namespace, gen: int) -> list[dict[str, Any]]:
-    env = _side_env(args.path)
+    """One generation of ``--procs`` new processes, started together; a hung one is
+    killed at ``--timeout`` with the rest, and its rows are what it printed before."""
+    from kernelwatch.kernels.paired_suite import side_env
+
+    env = {**os.environ, **side_env(sys.executable, args.path)}
     argv = [sys.executable, "-m", "benchmarks.first_call", "--child", "--suite", args.suite,
             "--size", args.size, "--impl", args.impl, "--backend", args.backend]  # fmt: skip
     for k in args.kernel:
@@ -118,22 +113,28 @@ def _generation(args: argparse.Namespace, gen: int) -> list[dict[str, Any]]:
         for i in range(args.procs)
     ]
     rows: list[dict[str, Any]] = []
+    deadline = time.monotonic() + args.timeout
     for p in procs:
-        out, _ = p.communicate(timeout=args.timeout)
+        try:
+            out, _ = p.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            rows.append({"proc": -1, "gen": gen, "error": f"timed out after {args.timeout:g}s"})
         rows += [
             {**json.loads(x), "gen": gen} for x in out.splitlines() if x.startswith("{")
         ]  # fmt: skip
     return rows
 
 
-def _median(rows: Sequence[dict[str, Any]], key: str) -> float:
+def _summary(
+    rows: Sequence[dict[str, Any]],
+    key: str,
+    how: Callable[[list[float]], float] = statistics.median,
+) -> float:
+    """``how`` (the median, or ``max``) of ``key`` over the rows that have it; NaN for none."""
     values = [float(r[key]) for r in rows if key in r]
-    return statistics.median(values) if values else float("nan")
-
-
-def _slowest(rows: Sequence[dict[str, Any]], key: str) -> float:
-    values = [float(r[key]) for r in rows if key in r]
-    return max(values) if values else float("nan")
+    return float(how(values)) if values else float("nan")
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -142,9 +143,12 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
              f"{'second s med':>12} {'new cache':>9}  errors"]  # fmt: skip
     for gen in sorted({r["gen"] for r in rows}):
         starts = [r for r in rows if r["gen"] == gen and "import_s" in r]
-        lines.append(f"{gen:>3} {'(start)':<18} import {_median(starts, 'import_s'):.2f}  "
-                     f"context {_median(starts, 'context_s'):.2f}  "
-                     f"kernelwatch {_median(starts, 'kernelwatch_s'):.2f}")  # fmt: skip
+        lines.append(f"{gen:>3} {'(start)':<18} import {_summary(starts, 'import_s'):.2f}  "
+                     f"context {_summary(starts, 'context_s'):.2f}  "
+                     f"kernelwatch {_summary(starts, 'kernelwatch_s'):.2f}")  # fmt: skip
+        hung = [r for r in rows if r["gen"] == gen and "case" not in r and "error" in r]
+        if hung:
+            lines.append(f"{gen:>3} (hung)             {len(hung)} process(es): {hung[0]['error']}")
         cases = [r for r in rows if r["gen"] == gen and "case" in r]
         for cid in dict.fromkeys(r["case"] for r in cases):
             mine = [r for r in cases if r["case"] == cid]
@@ -152,8 +156,8 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
             errors = sum(1 for r in mine if "error" in r)
             lines.append(
                 f"{gen:>3} {mine[0]['kernel'][:18]:<18} "
-                f"{_median(mine, 'first_s'):>7.2f}/{_slowest(mine, 'first_s'):<7.2f} "
-                f"{_median(mine, 'first_call_s'):>10.2f} {_median(mine, 'second_s'):>12.2f} "
+                f"{_summary(mine, 'first_s'):>7.2f}/{_summary(mine, 'first_s', max):<7.2f} "
+                f"{_summary(mine, 'first_call_s'):>10.2f} {_summary(mine, 'second_s'):>12.2f} "
                 f"{added:>9}  {errors or ''}"
             )
     return lines

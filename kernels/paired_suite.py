@@ -658,6 +658,18 @@ def side_home(python: str, library_path: str) -> dict[str, str]:
     return {"HOME": home, "TRITON_CACHE_DIR": triton}
 
 
+def side_env(
+    python: str, library_path: str, recipe: dict[str, str] | None = None, own_home: bool = False
+) -> dict[str, str]:
+    """What a side's process gets on top of the coordinator's environment: its library
+    first on ``PYTHONPATH``, then what the coordinator has; its own ``$HOME``
+    (``side_home``; none with ``own_home``); its recipe's variables."""
+    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([p for p in library_path.split(os.pathsep) if p] + own)
+    home = {} if own_home else side_home(python, library_path)
+    return {**home, **(recipe or {}), "PYTHONPATH": path}
+
+
 class _Sides:
     """The side processes, ``pairs`` per role, live across the cases of a suite.
 
@@ -686,9 +698,10 @@ class _Sides:
     ``warm_spares``: a spare sets the case up once (and releases it) beside a set-up
     the pool waits for anyway, the comparison's first or a screen round's, so that a
     side it later replaces sets up warm. A new process's first set-up pays its
-    library's imports, JIT loads and first calls: in the suite A/As of 2026-12-04..06
-    the screen's 69 rounds with new processes spent 346 s setting them up (5.0 s a
-    round, against 0.2 s for a set-up again in place), 14 % of the A/As' 2473 s, and
+    library's imports, JIT loads and first calls: in the logged suite A/As of
+    2026-12-05..06 the screen's 69 rounds with new processes spent 346 s setting them
+    up (5.0 s a round, against 0.2 s for a set-up again in place), 21 % of those A/As'
+    1627 s (19 % on the H200), and
     a LayerNorm check's first call in a new process took 11-14 s on an H100
     (docs/measurement.md §32). ``warm`` sends the set-ups, ``settle`` reads them (the
     comparison calls it where it waits for its own); nothing is timed in between.
@@ -736,10 +749,8 @@ class _Sides:
         """A side: its own library first on the path, then what the coordinator has; its
         own ``$HOME`` (``side_home``; the coordinator's for a role in ``own_home``); its
         own recipe's variables on top of the coordinator's environment."""
-        own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        path = os.pathsep.join([p for p in self.paths[role].split(os.pathsep) if p] + own)
-        home = {} if role in self.own_home else side_home(self.pythons[role], self.paths[role])
-        env = {**home, **self.envs.get(role, {}), "PYTHONPATH": path}
+        env = side_env(self.pythons[role], self.paths[role], self.envs.get(role, {}),
+                       own_home=role in self.own_home)  # fmt: skip
         return Side(label, python=self.pythons[role], env=env, hello=True)
 
     def _top_up(self) -> None:
