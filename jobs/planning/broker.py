@@ -1,10 +1,11 @@
 """The Celery application both sides share: the planner sends, workers consume.
 
 The broker is Redis when ``KW_BROKER_URL`` says so; otherwise kombu's
-filesystem transport in the data directory, which needs no server yet is still
-consumed by a real worker process (never ``task_always_eager``). Delivery is
-at-least-once: late acks, re-delivery when a worker dies, prefetch 1; result
-writes are idempotent, so a second delivery cannot duplicate anything.
+filesystem transport in the data directory (``fsbroker``: whole messages only), which
+needs no server yet is still consumed by a real worker process (never
+``task_always_eager``). Delivery is at-least-once: late acks, re-delivery when a worker
+dies, prefetch 1; result writes are idempotent, so a second delivery cannot duplicate
+anything.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from celery import Celery
 
 from kernelwatch.db.config import Settings, get_settings
+from kernelwatch.jobs.planning import fsbroker
 
 EXECUTE_RUN = "kernelwatch.execute_run"
 BUILD_AHEAD = "kernelwatch.build_ahead"
@@ -56,15 +58,8 @@ def make_celery(settings: Settings | None = None) -> Celery:
         worker_direct=True,
     )
     if url.startswith("filesystem"):
-        folder = settings.broker_dir / "queue"
-        folder.mkdir(parents=True, exist_ok=True)
-        app.conf.broker_transport_options = {
-            "data_folder_in": str(folder),
-            "data_folder_out": str(folder),
-            "control_folder": str(settings.broker_dir / "control"),
-            "store_processed": False,
-            "polling_interval": 0.2,
-        }
+        app.conf.broker_transport = fsbroker.TRANSPORT
+        app.conf.broker_transport_options = fsbroker.transport_options(settings.broker_dir)
     elif url.startswith("redis"):
         app.conf.broker_transport_options = {
             # Re-deliver an unacked message this long after its worker vanished.

@@ -100,22 +100,45 @@ def test_source_that_is_not_a_repository_raises_and_leaves_no_rows(
         assert s.scalars(select(Repository).where(Repository.name == tmp_path.name)).first() is None
 
 
+def _run_of_a_vanished_commit(env: Env, src: Path, name: str, sha: str) -> int:
+    """A queued-to-be run of a commit the repository does not have (a force-push)."""
+    with env.factory() as s, s.begin():
+        repo = get_or_create_repository(s, name, str(src))
+        commit = upsert_commit(s, repo, sha, [])
+        run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
+        s.add(run)
+        s.flush()
+        return run.id
+
+
 def test_commit_that_does_not_exist_is_recorded_as_error(env: Env, tmp_path: Path) -> None:
     src = tmp_path / "lib"
     make_repo(src, library_files("goodlib", GOOD_INIT))
     with pytest.raises(CommitNotFound, match="not found"):
         env.plan(str(src), ["f" * 40])
     # and a queued run whose commit vanished (force-push) is failed by the worker itself
-    with env.factory() as s, s.begin():
-        repo = get_or_create_repository(s, "goodlib", str(src))
-        commit = upsert_commit(s, repo, "e" * 40, [])
-        run = Run(repository_id=repo.id, commit_id=commit.id, suites=["basic"])
-        s.add(run)
-        s.flush()
-        run_id = run.id
+    run_id = _run_of_a_vanished_commit(env, src, "goodlib", "e" * 40)
     enqueue_run(env.app, run_id, "cpu")
     (run,) = env.wait([run_id])
     assert run.status == "error" and "not found" in run.error
+
+
+def test_a_torn_broker_message_is_set_aside_and_the_worker_serves_the_next_run(
+    env: Env, tmp_path: Path
+) -> None:
+    """The file kombu's own filesystem transport leaves while it writes a message (empty)
+    killed the worker of test_baseline_remeasure on 2026-12-07; now it is kept aside and
+    the worker goes on (``jobs/planning/fsbroker.py``)."""
+    src = tmp_path / "lib"
+    make_repo(src, library_files("tornlib", GOOD_INIT))
+    run_id = _run_of_a_vanished_commit(env, src, "tornlib", "d" * 40)
+    torn = env.settings.broker_dir / "queue" / "0_torn.cpu.msg"  # sorts before any message
+    torn.write_bytes(b"")
+    enqueue_run(env.app, run_id, "cpu")
+    (run,) = env.wait([run_id], timeout=120)
+    assert run.status == "error" and "not found" in run.error  # the worker took it after
+    assert not torn.exists()
+    assert (env.settings.broker_dir / "unreadable" / torn.name).exists()
 
 
 def test_library_whose_install_fails_is_failed_with_its_build_log(env: Env, tmp_path: Path) -> None:
