@@ -388,9 +388,9 @@ class Side:
         # comparisons in which the screen found this process off: one that is off again
         # in a later comparison relapsed after its set-up again in place (``_Screen``)
         self.found_off = 0
-        # a spare that set a case up once, so that its next set-up is warm
-        # (``paired_suite._Sides.warm``)
-        self.warmed = False
+        # the cases (``paired_suite.warm_key``) a spare set up once, so that its next
+        # set-up of one of them is warm (``paired_suite._Sides.warm``)
+        self.warmed: set[str] = set()
         self._hello_sent = False
         if hello:
             self.send({"cmd": "hello"})

@@ -362,8 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-spares",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="spares set the case up once beside a set-up the pool waits for anyway, so "
-        "a side the screen replaces sets up warm (default off: not yet measured on a GPU)",
+        help="spares set each case up once beside a set-up the pool waits for anyway, so "
+        "a side the screen replaces sets up warm (default off: on an H100 it lengthened "
+        "each suite's first set-up and did not pay, docs/measurement.md §33)",
     )
     p.add_argument(
         "--prewarm-after",
@@ -670,6 +671,12 @@ def side_env(
     return {**home, **(recipe or {}), "PYTHONPATH": path}
 
 
+def warm_key(ask: dict[str, Any]) -> str:
+    """Which case a set-up ask sets up (its factory and parameters), for ``Side.warmed``."""
+    case = json.dumps([ask.get("factory"), ask.get("params")], sort_keys=True, default=str)
+    return hashlib.sha256(case.encode()).hexdigest()[:16]
+
+
 class _Sides:
     """The side processes, ``pairs`` per role, live across the cases of a suite.
 
@@ -695,9 +702,12 @@ class _Sides:
     it cost the case) and, for sides that came up during it, the slowest side's
     ``process_start_s`` (interpreter and imports) and ``cuda_context_s``.
 
-    ``warm_spares``: a spare sets the case up once (and releases it) beside a set-up
+    ``warm_spares``: a spare sets each case up once (and releases it) beside a set-up
     the pool waits for anyway, the comparison's first or a screen round's, so that a
-    side it later replaces sets up warm. A new process's first set-up pays its
+    side it later replaces sets up warm. Once per case, not once per spare: on an H100
+    (2026-12-07, §33) a spare warmed on the suite's first case still took 3.9 s to set
+    SDPA's varlen prefill up, whose first call imports torch's nested-tensor path; a
+    new process's first set-up of it took 4.2 s. A new process's first set-up pays its
     library's imports, JIT loads and first calls: in the logged suite A/As of
     2026-12-05..06 the screen's 69 rounds with new processes spent 346 s setting them
     up (5.0 s a round, against 0.2 s for a set-up again in place), 21 % of those A/As'
@@ -721,7 +731,8 @@ class _Sides:
         self.pythons, self.paths, self.pairs = pythons, paths, pairs
         self.spares = spares
         self.warm_spares = warm_spares
-        self._warming: list[Side] = []  # spares sent a warm-up set-up, reply unread
+        # spares sent a warm-up set-up, reply unread, and the case's ``warm_key``
+        self._warming: list[tuple[Side, str]] = []
         self._spare: dict[str, list[Side]] = {name: [] for name in paths}
         # spares kept per role: ``spares``, raised to a round's demand that outran them
         self._keep: dict[str, int] = dict.fromkeys(paths, spares)
@@ -796,24 +807,25 @@ class _Sides:
         self._add("cuda_context_s", max(x["cuda_s"] for x in starts))
 
     def warm(self, asks: dict[str, dict[str, Any]]) -> None:
-        """Send each role's spares that never set a case up the set-up ``asks[role]``
+        """Send each role's spares that never set this case up the set-up ``asks[role]``
         (one placement), without waiting: ``settle`` reads the replies. Off unless
         ``warm_spares``."""
         if not self.warm_spares:
             return
-        warming = {id(s) for s in self._warming}
+        warming = {id(s) for s, _ in self._warming}
         for role, spare in self._spare.items():
             ask = asks.get(role)
             if ask is None:
                 continue
+            key = warm_key(ask)
             for side in spare:
-                if side.warmed or id(side) in warming or not side.alive():
+                if key in side.warmed or id(side) in warming or not side.alive():
                     continue
                 try:
                     side.send({**ask, "placements": 1, "new_placement": False})
                 except SideDied:
                     continue
-                self._warming.append(side)
+                self._warming.append((side, key))
 
     def settle(self, timeout_s: float | None = None) -> None:
         """Read the warm-ups ``warm`` sent (each within ``timeout_s``, the case's own
@@ -825,7 +837,7 @@ class _Sides:
             return
         began = time.perf_counter()
         done = 0
-        for side in warming:
+        for side, key in warming:
             try:
                 side.receive("setup", timeout_s)
                 side.ask({"cmd": "release"}, timeout_s)
@@ -834,7 +846,7 @@ class _Sides:
                          type(exc).__name__)  # fmt: skip
                 side.close(grace_s=2.0)
                 continue
-            side.warmed = True
+            side.warmed.add(key)
             done += 1
         self._drop_dead_spares()
         log.info("warmed %d spares in %.1f s (beside the set-up waited for)", done,
@@ -845,7 +857,7 @@ class _Sides:
         ended in a failure before its ``settle``, and a warm-up still running there (a
         hung case) must not hold the pool."""
         warming, self._warming = self._warming, []
-        for side in warming:
+        for side, _ in warming:
             side.close(grace_s=2.0)
         self._drop_dead_spares()
 

@@ -624,8 +624,8 @@ def test_a_round_that_outran_the_spares_raises_what_its_role_keeps() -> None:
 @pytest.mark.parametrize("warm", [True, False])
 def test_a_warm_spare_replaces_a_side_with_a_warm_set_up(tmp_path: Path, warm: bool) -> None:
     # a new process's first set-up pays its library's imports and JIT loads: 346 s of
-    # the A/As' 2473 s went to setting the screen's new processes up (§32); a warm spare
-    # set the case up once beside the comparison's own set-up and released it
+    # the logged A/As' 1627 s went to setting the screen's new processes up (§32); a
+    # warm spare set the case up once beside the comparison's own set-up and released it
     sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3,
                    spares=1, warm_spares=warm)  # fmt: skip
     try:
@@ -670,6 +670,13 @@ def test_a_spare_whose_warm_up_fails_is_closed_and_decides_nothing(tmp_path: Pat
         assert not spare_a.alive() and sides._spare["A"] == []
         assert spare_b.alive() and sides._spare["B"] == [spare_b]
         assert sides._warming == [] and spare_b.warmed and not spare_a.warmed
+        # once per case: the same case is not sent again, another case is
+        sides.warm({"B": {**ask, "params": {}}})
+        assert sides._warming == []
+        sides.warm({"B": {**ask, "params": {"mode": "other case"}}})
+        assert [s for s, _ in sides._warming] == [spare_b]
+        sides.settle(30.0)
+        assert spare_b.alive() and len(spare_b.warmed) == 2
         # the next wait for a start-up tops the role up again
         (new,) = sides.respawn([sides.pair()[0][0]])
         assert new.started is not None and len(sides._spare["A"]) == 1
@@ -677,7 +684,7 @@ def test_a_spare_whose_warm_up_fails_is_closed_and_decides_nothing(tmp_path: Pat
         # closed when the pool next needs a process, not waited for
         (hung,) = sides._spare["A"]
         sides.warm({"A": {**ask, "params": {"mode": "hang"}}})
-        assert sides._warming == [hung]
+        assert [s for s, _ in sides._warming] == [hung]
         sides.respawn([sides.pair()[1][0]])  # B's side: A's spare is not taken
         assert sides._warming == [] and not hung.alive() and sides._spare["A"] == []
     finally:
