@@ -66,7 +66,7 @@ def _compile_site(ctx: host.Context) -> dict[str, Any]:
         if writable:
             began = time.monotonic()
             step = ctx.run(f"compile-{name}", [sys.executable, "-m", "compileall", "-q", "-j", "0",
-                                               folder], 240, min_s=30)  # fmt: skip
+                                               folder], 90, min_s=30)  # fmt: skip
             row.update(rc=step.rc, seconds=round(time.monotonic() - began, 1))
         out[name] = row
     return out
