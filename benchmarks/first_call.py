@@ -65,9 +65,14 @@ def child(args: argparse.Namespace) -> int:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cache = os.environ.get("TRITON_CACHE_DIR", "")
+    # whether this process may write the bytecode it compiles, and where torch lives
+    # (§33a: torch's lazily imported modules were compiled from source in every process)
+    site = os.path.dirname(os.path.dirname(torch.__file__))
     print(json.dumps({"proc": args.proc, "import_s": imported - began,
                       "context_s": context - imported,
-                      "kernelwatch_s": time.perf_counter() - context}), flush=True)  # fmt: skip
+                      "kernelwatch_s": time.perf_counter() - context,
+                      "dont_write_bytecode": sys.flags.dont_write_bytecode,
+                      "site_writable": os.access(site, os.W_OK)}), flush=True)  # fmt: skip
     chosen = list(selected_cases(
         [args.suite], args.size, device, args.backend, args.kernel or None, [], announce=False
     ))  # fmt: skip
@@ -137,6 +142,17 @@ def _summary(
     return float(how(values)) if values else float("nan")
 
 
+def _bytecode_written(starts: Sequence[dict[str, Any]]) -> str:
+    """'yes', or why a process's compiled bytecode is lost: the flag or a read-only site."""
+    if not starts:
+        return "?"
+    if any(r.get("dont_write_bytecode") for r in starts):
+        return "no (PYTHONDONTWRITEBYTECODE)"
+    if not all(r.get("site_writable", True) for r in starts):
+        return "no (site-packages read-only)"
+    return "yes"
+
+
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Per generation and case: the set-ups' seconds and the cache entries added."""
     lines = [f"{'gen':>3} {'case':<18} {'first s med/max':>16} {'call s med':>10} "
@@ -145,7 +161,8 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
         starts = [r for r in rows if r["gen"] == gen and "import_s" in r]
         lines.append(f"{gen:>3} {'(start)':<18} import {_summary(starts, 'import_s'):.2f}  "
                      f"context {_summary(starts, 'context_s'):.2f}  "
-                     f"kernelwatch {_summary(starts, 'kernelwatch_s'):.2f}")  # fmt: skip
+                     f"kernelwatch {_summary(starts, 'kernelwatch_s'):.2f}  "
+                     f"bytecode written: {_bytecode_written(starts)}")  # fmt: skip
         hung = [r for r in rows if r["gen"] == gen and "case" not in r and "error" in r]
         if hung:
             lines.append(f"{gen:>3} (hung)             {len(hung)} process(es): {hung[0]['error']}")

@@ -34,4 +34,11 @@ def test_each_process_sets_every_case_up_twice_and_the_table_reads_it(
     assert not any(c.get("profile") for c in cases if c["proc"] == 1)
     table = "\n".join(first_call.table(rows))
     assert "(start)" in table and "gemm" in table
+    # whether a process keeps the bytecode it compiles: the start rows say, the table reads it
+    assert all(isinstance(r["dont_write_bytecode"], int) for r in starts)
+    assert "bytecode written: " in table
+    flagged = [{**r, "dont_write_bytecode": 1} for r in starts]
+    assert "bytecode written: no (PYTHONDONTWRITEBYTECODE)" in "\n".join(first_call.table(flagged))
+    frozen = [{**r, "dont_write_bytecode": 0, "site_writable": False} for r in starts]
+    assert "no (site-packages read-only)" in "\n".join(first_call.table(frozen))
     assert any(x.startswith("profile, generation 2") for x in out)
