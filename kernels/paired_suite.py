@@ -707,7 +707,7 @@ class _Sides:
     side it later replaces sets up warm. Once per case, not once per spare: on an H100
     (2026-12-07, §33) a spare warmed on the suite's first case still took 3.9 s to set
     SDPA's varlen prefill up, whose first call imports torch's nested-tensor path; a
-    new process's first set-up of it took 4.2 s. A new process's first set-up pays its
+    new process's first set-up of it took 4.1 s. A new process's first set-up pays its
     library's imports, JIT loads and first calls: in the logged suite A/As of
     2026-12-05..06 the screen's 69 rounds with new processes spent 346 s setting them
     up (5.0 s a round, against 0.2 s for a set-up again in place), 21 % of those A/As'
