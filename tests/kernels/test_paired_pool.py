@@ -904,9 +904,12 @@ def test_every_case_carries_its_gpu_seconds_and_where_they_went(tmp_path: Path) 
         parts = [p["cost"][k] for k in CHECK_PARTS]
         assert all(t >= 0 for t in parts) and p["cost"]["check_reference_s"] > 0
         assert sum(parts) <= p["cost"]["check_s"] + 1e-3
-    # the pool starts once: the first case waited for it, the second did not
+    # the pool starts once: the first case waited for it; the second waits only for new
+    # processes of its own, a screen's respawn or a confirmation's (on the loaded 2-core
+    # CI machine, 2026-12-07, the second case waited for such a start)
     assert first["cost"]["start_wait_s"] > 0 and first["cost"]["process_start_s"] > 0
-    assert "start_wait_s" not in second["cost"]
+    own_starts = second["stage1"]["respawns"] > 0 or second["confirmation"] is not None
+    assert own_starts or "start_wait_s" not in second["cost"], second
     assert records[0]["paired"]["seed"] != records[1]["paired"]["seed"]
 
 
