@@ -65,9 +65,10 @@ def child(args: argparse.Namespace) -> int:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cache = os.environ.get("TRITON_CACHE_DIR", "")
-    # whether this process may write the bytecode it compiles, and where torch lives
-    # (§33a: torch's lazily imported modules were compiled from source in every process)
-    site = os.path.dirname(os.path.dirname(torch.__file__))
+    # whether this process may write the bytecode it compiles into torch's folder (as
+    # prelude's _compile_site asks; §33a: torch's lazily imported modules were compiled
+    # from source in every process)
+    site = os.path.dirname(torch.__file__)
     print(json.dumps({"proc": args.proc, "import_s": imported - began,
                       "context_s": context - imported,
                       "kernelwatch_s": time.perf_counter() - context,
@@ -149,7 +150,7 @@ def _bytecode_written(starts: Sequence[dict[str, Any]]) -> str:
     if any(r.get("dont_write_bytecode") for r in starts):
         return "no (PYTHONDONTWRITEBYTECODE)"
     if not all(r.get("site_writable", True) for r in starts):
-        return "no (site-packages read-only)"
+        return "no (torch's folder read-only)"
     return "yes"
 
 

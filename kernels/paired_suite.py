@@ -364,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="spares set each case up once beside a set-up the pool waits for anyway, so "
         "a side the screen replaces sets up warm (default off: on an H100 it lengthened "
-        "each suite's first set-up and did not pay, docs/measurement.md §33)",
+        "the layers suites' first set-up and did not pay, docs/measurement.md §33)",
     )
     p.add_argument(
         "--prewarm-after",

@@ -27,6 +27,7 @@ from typing import Any
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.json import dumps, loads
+from kombu.utils.objects import cached_property
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +57,31 @@ class Channel(filesystem.Channel):
 
     def _folder(self, key: str, beside: str) -> Path:
         """An option's folder, or ``beside`` next to the queue folder (same file system:
-        a rename, not a copy)."""
+        a rename, not a copy); made here once, not on every poll."""
         name = self.transport_options.get(key)
-        return Path(name) if name else Path(self.data_folder_out).parent / beside
+        folder = Path(name) if name else Path(self.data_folder_out).parent / beside
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @cached_property
+    def staging_folder(self) -> Path:
+        return self._folder("staging_folder", "staging")
+
+    @cached_property
+    def taken_folder(self) -> Path:
+        return self._folder("taken_folder", "taken")
+
+    @cached_property
+    def unreadable_folder(self) -> Path:
+        return self._folder("unreadable_folder", "unreadable")
 
     # kombu's own classes disagree on the argument's name (message, payload)
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:  # type: ignore[override]
         # nanoseconds, zero-padded: one producer's messages sort in the order it sent them
         # (kombu's milliseconds left those of one millisecond in the order of their uuids)
         name = f"{monotonic_ns():020d}_{uuid.uuid4()}.{queue}.msg"
-        staged = self._folder("staging_folder", "staging") / name
+        staged = self.staging_folder / name
         try:
-            staged.parent.mkdir(parents=True, exist_ok=True)
             staged.write_bytes(dumps(message).encode())
             os.replace(staged, Path(self.data_folder_out) / name)
         except OSError as exc:
@@ -76,8 +90,7 @@ class Channel(filesystem.Channel):
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:
         wanted = f"{queue}.msg"
-        taken_dir = self._folder("taken_folder", "taken")
-        taken_dir.mkdir(parents=True, exist_ok=True)
+        taken_dir = self.taken_folder
         for name in sorted(os.listdir(self.data_folder_in)):
             if name.partition(".")[2] != wanted:
                 continue
@@ -102,9 +115,8 @@ class Channel(filesystem.Channel):
 
     def _set_aside(self, taken: Path, size: int) -> None:
         """Keep an unreadable message's file for a person to read; never raise for it."""
-        aside = self._folder("unreadable_folder", "unreadable") / taken.name
+        aside = self.unreadable_folder / taken.name
         try:
-            aside.parent.mkdir(parents=True, exist_ok=True)
             os.replace(taken, aside)
         except OSError:
             aside = taken

@@ -40,5 +40,5 @@ def test_each_process_sets_every_case_up_twice_and_the_table_reads_it(
     flagged = [{**r, "dont_write_bytecode": 1} for r in starts]
     assert "bytecode written: no (PYTHONDONTWRITEBYTECODE)" in "\n".join(first_call.table(flagged))
     frozen = [{**r, "dont_write_bytecode": 0, "site_writable": False} for r in starts]
-    assert "no (site-packages read-only)" in "\n".join(first_call.table(frozen))
+    assert "no (torch's folder read-only)" in "\n".join(first_call.table(frozen))
     assert any(x.startswith("profile, generation 2") for x in out)

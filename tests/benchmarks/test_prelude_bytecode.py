@@ -31,6 +31,7 @@ def test_the_missing_bytecode_is_compiled_once_and_a_read_only_install_left_alon
         prelude.os, "access", lambda p, m: "kwfrozen" not in str(p) and real_access(p, m)
     )
     monkeypatch.setattr(prelude, "COMPILED", ("kwlazy", "kwfrozen", "kw_not_installed"))
+    monkeypatch.setattr(prelude, "MARKERS", tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
     ctx = host.Context(out=tmp_path, logs=logs, deadline=time.monotonic() + 120, cpu=False)
@@ -41,6 +42,10 @@ def test_the_missing_bytecode_is_compiled_once_and_a_read_only_install_left_alon
     assert code["kwfrozen"] == {"folder": str(site / "kwfrozen"), "writable": False}
     assert not (site / "kwfrozen" / "sub" / "__pycache__").exists()
     assert "kw_not_installed" not in code
+    # once a host: a second prelude on the warm machine compiles nothing again
+    again = prelude._compile_site(ctx)
+    assert again["kwlazy"] == {"folder": str(site / "kwlazy"), "writable": True, "seconds": 0.0}
+    assert [s.name for s in ctx.steps] == ["compile-kwlazy"]
     line = prelude._bytecode_line(code)
     assert line.startswith("bytecode compiled (PYTHONDONTWRITEBYTECODE")
     assert "kwlazy " in line and "kwfrozen read-only" in line
