@@ -661,11 +661,23 @@ def _seconds(value: Any) -> float | None:
 _D = TypeVar("_D")
 
 
+_TYPE_HINTS: dict[object, dict[str, Any]] = {}
+
+
+def _type_hints(cls: object) -> dict[str, Any]:
+    """A record class's resolved field types, once per class: resolving them evaluates
+    every annotation's string again (a third of ``kernelwatch import``'s parsing)."""
+    hints = _TYPE_HINTS.get(cls)
+    if hints is None:
+        hints = _TYPE_HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
 def _parse(cls: type[_D], data: Any, where: str) -> _D:
     """Build dataclass ``cls`` from ``data``, checking keys and types on the way."""
     if not isinstance(data, Mapping):
         raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(known))
     if unknown:
@@ -702,6 +714,8 @@ def _value(tp: Any, value: Any, where: str) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise RecordError(f"{where}: expected a list, got {type(value).__name__}")
+        if args[0] is float:  # samples and clocks: thousands a record, checked inline
+            return [_number(v, where, i) for i, v in enumerate(value)]
         return [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -710,11 +724,18 @@ def _value(tp: Any, value: Any, where: str) -> Any:
     if is_dataclass(tp):
         return _parse(tp, value, where)  # type: ignore[arg-type]
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise RecordError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+        return _number(value, where)
     if tp in (int, str, bool):
         if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
             raise RecordError(f"{where}: expected {tp.__name__}, got {value!r}")
         return value
     raise RecordError(f"{where}: no rule for type {tp!r}")  # a field type this code forgot
+
+
+def _number(value: Any, where: str, index: int | None = None) -> float:
+    """A JSON number as a float (not a bool); ``where`` gets ``[index]`` only for the
+    error, so a list of samples builds no path string per element."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        at = where if index is None else f"{where}[{index}]"
+        raise RecordError(f"{at}: expected a number, got {value!r}")
+    return float(value)
