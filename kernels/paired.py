@@ -537,6 +537,11 @@ class PairedConfig:
       (an experiment: whether a side set up beside 15 others starts in the slow state
       of docs/measurement.md §11; it costs the sum of the set-ups instead of the
       slowest).
+    screen_delay_s: seconds to wait after a comparison's set-up before the screen
+      measures anything (an experiment: whether the storm of SDPA's varlen MHA prefill,
+      5-14 of 16 sides 1.1-5x slow at the screen's first round of every cold pass, is a
+      transient after the set-up; on an H100, 2026-12-07, docs/measurement.md §34c, it
+      stormed with 3 s as without). 0: off.
     setup_bound: an inconclusive comparison of m >= 3 pairs stops after two rounds or
       more once ``rounds_max`` rounds would narrow its interval by less than this share
       (``narrowing_left``; stop reason ``setup_bound``), and the stage's next attempt
@@ -571,6 +576,7 @@ class PairedConfig:
     rounds_max: int = 6
     setup_bound: float = 0.05
     setup_one_at_a_time: bool = False
+    screen_delay_s: float = 0.0
     short_remeasure_s: float = 0.0
     short_rounds: int = 2
     attempts_max: int = 16
@@ -848,6 +854,10 @@ def compare(
         settle(cfg.ask_timeout_s)
     costs["setup_s"] = time.perf_counter() - began
     log.info("set up %d sides in %.1f s", 2 * m, costs["setup_s"])
+    if cfg.screen_delay_s > 0:
+        log.info("waiting %.1f s before the screen (screen_delay_s)", cfg.screen_delay_s)
+        time.sleep(cfg.screen_delay_s)
+        costs["setup_s"] += cfg.screen_delay_s
     costs["setup_side_s"] = max(float(d.get("setup_s", 0.0)) for d in da + db)
     # the longest warm-up (the timer's, until the clock is steady: up to max_warmup_s
     # while every side of the pool warms up on the one GPU at once)

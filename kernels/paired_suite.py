@@ -400,6 +400,21 @@ def build_parser() -> argparse.ArgumentParser:
         "fresh-process state; each stage pays the sum of its set-ups)",
     )
     p.add_argument(
+        "--screen-delay-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait S seconds after each comparison's set-up before the screen (an "
+        "experiment on the varlen prefill's screen storms, which 3 s did not prevent; "
+        "default 0: off)",
+    )
+    p.add_argument(
+        "--gc-off-in-blocks",
+        action="store_true",
+        help="pause Python's garbage collector while a block is timed (an experiment on "
+        "the varlen prefill's late samples, docs/measurement.md §34d; default: it runs)",
+    )
+    p.add_argument(
         "--graph-footprint-mb",
         type=float,
         default=None,
@@ -512,8 +527,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     )
     cfg.screen_tol = args.screen_tol if args.screen_tol is not None else (0.0 if cpu else 0.05)
     cfg.setup_one_at_a_time = args.setup_one_at_a_time
+    cfg.screen_delay_s = args.screen_delay_s
     short = args.short_remeasure_s
     cfg.short_remeasure_s = short if short is not None else (0.0 if cpu else SHORT_REMEASURE_S)
+    if args.gc_off_in_blocks:
+        cfg.timer["collect_garbage_in_blocks"] = False
     if args.graph_footprint_mb is not None:
         cfg.timer["graph_footprint_bytes"] = int(args.graph_footprint_mb * 2**20)
     began = time.perf_counter()

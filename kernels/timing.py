@@ -36,9 +36,11 @@ does not turn into false regressions. Such numbers only prove the plumbing.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +88,13 @@ class TimerConfig:
     # sequences in Python: 3.8 ms of host time idle, 4.4 ms beside 16 busy CPUs (H200,
     # 2026-12-04), and at a 5 ms cap 5 of its samples still came late
     keep_busy_max_s: float = 20e-3
+    # Python's garbage collector runs during a block (True, as before) or is paused for
+    # it and runs between blocks. An experiment until measured on a GPU: SDPA's varlen
+    # prefill had blocks whose every sample the host queued 20 ms or more late, with no
+    # synchronising call, allocation or compile worker behind it (H100, 2026-12-07,
+    # docs/measurement.md §34d); a generation-2 pass over torch's heap is the next
+    # candidate. ``timeit`` times with the collector off.
+    collect_garbage_in_blocks: bool = True
 
 
 @dataclass
@@ -223,6 +232,20 @@ class Sampler:
         return 0, 0
 
 
+@contextlib.contextmanager
+def _collector(running: bool) -> Iterator[None]:
+    """Python's garbage collector as ``running`` says while a block is timed, then as it
+    was (``TimerConfig.collect_garbage_in_blocks``)."""
+    was = gc.isenabled()
+    if not running:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was and not running:
+            gc.enable()
+
+
 def make_sampler(call: Call, inputs: Inputs, config: TimerConfig | None = None) -> Sampler:
     """Warm up and prepare sampling of ``call(inputs)`` on the inputs' device."""
     config = config or TimerConfig()
@@ -237,7 +260,7 @@ def make_sampler(call: Call, inputs: Inputs, config: TimerConfig | None = None) 
 
 class _HostSampler(Sampler):
     def __init__(self, call: Call, inputs: Inputs, config: TimerConfig) -> None:
-        self.call, self.inputs = call, inputs
+        self.call, self.inputs, self.config = call, inputs, config
         start = time.perf_counter()
         call(inputs)  # first call: compilation, caches
         n = 1
@@ -251,10 +274,11 @@ class _HostSampler(Sampler):
     def block(self, n: int) -> list[float]:
         clock = time.process_time
         out = []
-        for _ in range(n):
-            s = clock()
-            self.call(self.inputs)
-            out.append(clock() - s)
+        with _collector(self.config.collect_garbage_in_blocks):
+            for _ in range(n):
+                s = clock()
+                self.call(self.inputs)
+                out.append(clock() - s)
         return out
 
 
@@ -351,6 +375,10 @@ class _CudaSampler(Sampler):
         return self.guard.retaken, self.guard.late_kept
 
     def block(self, n: int) -> list[float]:
+        with _collector(self.config.collect_garbage_in_blocks):
+            return self._block(n)
+
+    def _block(self, n: int) -> list[float]:
         out: list[float] = []
         while len(out) < n:
             events = [

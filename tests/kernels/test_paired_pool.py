@@ -733,6 +733,31 @@ def test_sides_set_up_one_at_a_time_never_overlap(
             side.close()
 
 
+def test_the_screen_delay_holds_the_first_measurement_back_after_the_set_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the experiment of docs/measurement.md §34: whether the varlen prefill's screen
+    # storms are a transient after the set-up; nothing is measured while it waits
+    caplog.set_level("INFO", logger="kernelwatch.kernels.paired")
+    a = [Side(f"A{i}") for i in range(3)]
+    b = [Side(f"B{i}") for i in range(3)]
+    try:
+        cfg = PairedConfig(min_effect=0.5, budget_s=0.5, block_s=0.01, screen_tol=0.05)
+        cfg.screen_delay_s = 0.6
+        params = {"span_dir": str(tmp_path)}
+        result = compare(a, b, "tests.paired_factories:setup_span", params, params, cfg)
+        records = [r for r in caplog.records if r.name == "kernelwatch.kernels.paired"]
+        waited = next(i for i, r in enumerate(records) if "before the screen" in r.getMessage())
+        assert records[waited - 1].getMessage().startswith("set up 6 sides in ")
+        screened = records[waited + 1]
+        assert screened.getMessage().startswith("screen round 0: "), screened.getMessage()
+        assert screened.created - records[waited].created >= 0.6
+        assert result.costs["setup_s"] >= 0.6 + 0.3  # the wait is the set-up's, as paid
+    finally:
+        for side in a + b:
+            side.close()
+
+
 def test_a_case_too_large_for_every_side_runs_with_half_the_pairs(tmp_path: Path) -> None:
     sides = _Sides({"A": sys.executable, "B": sys.executable}, {"A": "", "B": ""}, pairs=3)
     try:

@@ -1,11 +1,12 @@
 """The CPU path of the timer: same API as on a GPU, host clock, same stopping rule."""
 
+import gc
 import math
 
 import torch
 
 from kernelwatch.kernels import stats
-from kernelwatch.kernels.timing import HostGuard, TimerConfig, measure
+from kernelwatch.kernels.timing import HostGuard, TimerConfig, make_sampler, measure
 
 
 def test_host_timer_keeps_every_sample_and_reports_why_it_stopped() -> None:
@@ -83,3 +84,30 @@ def test_a_lone_late_sample_is_taken_again_without_lengthening_every_later_spin(
     capped = HostGuard(iters=400, max_iters=400)
     assert capped.on_time(values, late) == [1.0] * 15
     assert (capped.retaken, capped.late_kept) == (1, 0)
+
+
+def test_the_collector_is_paused_only_while_a_block_is_timed_where_asked() -> None:
+    # docs/measurement.md §34d: a garbage collection inside a sample is host time
+    seen: list[bool] = []
+
+    def call(_: object) -> None:
+        seen.append(gc.isenabled())
+
+    assert gc.isenabled()
+    running = make_sampler(call, torch.zeros(1), TimerConfig(min_warmup_s=0.0))
+    seen.clear()
+    running.block(3)
+    assert seen == [True] * 3  # the default: as before
+    paused = make_sampler(
+        call, torch.zeros(1), TimerConfig(min_warmup_s=0.0, collect_garbage_in_blocks=False)
+    )
+    seen.clear()
+    paused.block(3)
+    assert seen == [False] * 3 and gc.isenabled()  # paused for the block, back after it
+    # a collector the caller had off stays off
+    gc.disable()
+    try:
+        paused.block(1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
