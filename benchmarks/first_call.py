@@ -15,6 +15,15 @@ process), the check's first call, and the entries the run added to Triton's cach
 directory. A first call that stays slow in generation 2, with no entry added, is not
 a compile.
 
+With ``--blocks N`` each process then times N blocks of the case as a side does
+(``timing.make_sampler``, the host guard on) and, around its own calls, counts what
+would put host time into the samples: the calls that synchronise
+(``torch.cuda.set_sync_debug_mode``) and the allocator's new device segments
+(``num_device_alloc``), per call outside the timer and per block inside it, with the
+samples the host queued late (taken again, kept at the spin's cap). On an H100
+(2026-12-07, docs/measurement.md §34c) SDPA's varlen prefill ended ``inconclusive``
+whenever 97-241 of its samples were kept at the cap.
+
     python -m benchmarks.first_call --suite layers --impl kernelwatch.kernels.adapters.liger \\
         --backend liger --path .src/liger/src --procs 8 --generations 2
 """
@@ -22,7 +31,10 @@ a compile.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import fcntl
+import gc
 import io
 import json
 import os
@@ -30,8 +42,9 @@ import pstats
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -48,6 +61,133 @@ def _top(profiler: cProfile.Profile, n: int = 14) -> list[str]:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(n)
     return [x.strip() for x in text.getvalue().splitlines() if x.strip()][-n:]
+
+
+@contextlib.contextmanager
+def _turn(lock: str) -> Iterator[None]:
+    """The GPU to this process alone while it holds ``lock``: the processes set up
+    together, as a pool's do, but time one block at a time, as a pool's pairs do."""
+    if not lock:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _children() -> int:
+    """Processes whose parent is this one (an Inductor compile-worker pool shows here)."""
+    me, n = str(os.getpid()), 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    n += f.read().rsplit(")", 1)[1].split()[1] == me
+            except (OSError, IndexError):
+                continue
+    return n
+
+
+class _Collections:
+    """Python's garbage collections while it listens (``gc.callbacks``): how many per
+    generation, and the longest pause. A generation-2 pass over a heap that holds torch,
+    ``torch._dynamo`` and transformers walks every object the process has, and a pause
+    inside a sample is host time the spin may not cover."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.longest_s = 0.0
+        self.total_s = 0.0
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._began
+        self.counts[int(info.get("generation", 0))] += 1
+        self.total_s += pause
+        self.longest_s = max(self.longest_s, pause)
+
+    @contextlib.contextmanager
+    def listening(self, collect: bool) -> Iterator[None]:
+        """Count collections inside; with ``collect`` False, none happen (as ``timeit``
+        times with the collector off)."""
+        was = gc.isenabled()
+        if not collect:
+            gc.disable()
+        gc.callbacks.append(self)
+        try:
+            yield
+        finally:
+            gc.callbacks.remove(self)
+            if was:
+                gc.enable()
+
+
+def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, blocks: int,
+                       samples: int, lock: str, gc_ab: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Synchronising calls and new device segments per call of the case (no timer), then
+    per timed block: those, the samples the host queued late, the block's median and the
+    garbage collections in it. ``gc_ab``: every second block runs with the collector off."""
+    import warnings
+
+    import torch
+
+    from kernelwatch.kernels.timing import make_sampler
+
+    cuda = torch.cuda.is_available()
+
+    def segments() -> int:
+        return int(torch.cuda.memory_stats().get("num_device_alloc", 0)) if cuda else 0
+
+    def counted(work: Callable[[], Any]) -> tuple[Any, int, int]:
+        with _turn(lock):
+            before = segments()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = work()
+                if cuda:
+                    torch.cuda.synchronize()  # the block's work, not the next holder's
+            syncs = sum("synchroniz" in str(w.message) for w in caught)
+            return out, syncs, segments() - before
+
+    children = [_children()]
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+    try:
+        per_call = [counted(lambda: call(inputs))[1:] for _ in range(calls)]
+        if cuda:
+            torch.cuda.set_sync_debug_mode(0)  # the timer's own event waits are not the case's
+            torch.cuda.synchronize()
+        sampler = make_sampler(call, inputs)
+        rows = []
+        for i in range(blocks):
+            late = sampler.late_samples()
+            collections, collect = _Collections(), not (gc_ab and i % 2)
+            with collections.listening(collect):
+                values, _, new = counted(lambda: sampler.block(samples))
+            after = sampler.late_samples()
+            rows.append({"median_s": statistics.median(values), "new_segments": new,
+                         "late": [a - b for a, b in zip(after, late, strict=True)],
+                         "gc_on": collect, "gc": collections.counts,
+                         "gc_longest_s": collections.longest_s})  # fmt: skip
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(0)
+    children.append(_children())
+    return {
+        # child processes after the set-up and after the blocks
+        "children": children,
+        "objects": len(gc.get_objects()),  # what a generation-2 collection walks
+        "syncs_per_call": [n for n, _ in per_call],
+        "segments_per_call": [n for _, n in per_call],
+        "blocks": rows,
+    }
 
 
 def child(args: argparse.Namespace) -> int:
@@ -86,7 +226,7 @@ def child(args: argparse.Namespace) -> int:
             try:
                 if profiler is not None:
                     profiler.enable()
-                _, _, info = case(suite, args.size, cid, args.impl, args.backend, seed=1)
+                call, inputs, info = case(suite, args.size, cid, args.impl, args.backend, seed=1)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
             except Exception as exc:  # a broken case is a row, not the end of the run
@@ -99,6 +239,12 @@ def child(args: argparse.Namespace) -> int:
             row[f"{turn}_s"] = time.perf_counter() - t
             row[f"{turn}_call_s"] = float(info.get("check_parts", {}).get("check_call_s", 0.0))
             row[f"{turn}_new_cache"] = _entries(cache) - before
+        if args.blocks and "error" not in row:
+            try:
+                row["host"] = _host_time_sources(call, inputs, 10, args.blocks, args.samples,
+                                                 args.lock, args.gc_ab)  # fmt: skip
+            except Exception as exc:  # the probe's failure is a row, as a set-up's is
+                row["error"] = f"probe: {type(exc).__name__}: {exc}"[:300]
         print(json.dumps(row), flush=True)
     return 0
 
@@ -113,7 +259,11 @@ def _generation(args: argparse.Namespace, gen: int) -> list[dict[str, Any]]:
             "--size", args.size, "--impl", args.impl, "--backend", args.backend]  # fmt: skip
     for k in args.kernel:
         argv += ["--kernel", k]
-    argv += ["--cases", str(args.cases)]
+    lock = os.path.join(tempfile.mkdtemp(prefix="kw-first-call-"), "gpu.lock")
+    argv += ["--cases", str(args.cases), "--blocks", str(args.blocks),
+             "--samples", str(args.samples), "--lock", lock]  # fmt: skip
+    if args.gc_ab:
+        argv.append("--gc-ab")
     procs = [
         subprocess.Popen([*argv, "--proc", str(i)], env=env, stdout=subprocess.PIPE, text=True)
         for i in range(args.procs)
@@ -178,7 +328,41 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
                 f"{_summary(mine, 'first_call_s'):>10.2f} {_summary(mine, 'second_s'):>12.2f} "
                 f"{added:>9}  {errors or ''}"
             )
+            probed = [r["host"] for r in mine if r.get("host")]
+            if probed:
+                lines.append("    " + host_line(probed))
     return lines
+
+
+def host_line(probed: Sequence[dict[str, Any]]) -> str:
+    """What put host time into the samples, over a generation's processes: synchronising
+    calls and new segments per call, then per block, with the late samples."""
+    calls = [n for p in probed for n in p["syncs_per_call"]]
+    segs = [n for p in probed for n in p["segments_per_call"]]
+    blocks = [b for p in probed for b in p["blocks"]]
+    retaken = sum(b["late"][0] for b in blocks)
+    kept = sum(b["late"][1] for b in blocks)
+    new = sum(b["new_segments"] for b in blocks)
+    medians = sorted(b["median_s"] for b in blocks) or [float("nan")]
+    kids = [p.get("children", [0])[0] for p in probed]
+    gc_lines = []
+    for on in (True, False):
+        mine = [b for b in blocks if b.get("gc_on", True) is on]
+        if mine and "gc" in mine[0]:
+            gen2 = sum(b["gc"][2] for b in mine)
+            kept_here = sum(b["late"][1] for b in mine)
+            longest = max(b["gc_longest_s"] for b in mine)
+            gc_lines.append(
+                f"gc {'on' if on else 'off'}: {len(mine)} blocks, gen-2 passes "
+                f"{gen2}, longest pause {longest * 1e3:.1f} ms, kept {kept_here}"
+            )
+    objects = max((p.get("objects", 0) for p in probed), default=0)
+    tail = f"; objects {objects}; " + "; ".join(gc_lines) if gc_lines else ""
+    return (f"host: child processes after the set-up {min(kids, default=0)}-"
+            f"{max(kids, default=0)}; syncs a call {_summary([{'x': n} for n in calls], 'x'):.1f} "
+            f"(max {max(calls, default=0)}), new segments in {len(segs)} calls {sum(segs)}; "
+            f"{len(blocks)} blocks: new segments {new}, late retaken {retaken} kept {kept}, "
+            f"block medians {medians[0] * 1e6:.1f}-{medians[-1] * 1e6:.1f} us{tail}")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,6 +377,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=8)
     p.add_argument("--generations", type=int, default=2)
     p.add_argument("--timeout", type=float, default=240.0)
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=0,
+        help="then time N blocks and count what puts host time in them (0: off)",
+    )
+    p.add_argument("--samples", type=int, default=50, help="samples a block")
+    p.add_argument(
+        "--gc-ab",
+        action="store_true",
+        help="every second block with Python's garbage collector off",
+    )
+    p.add_argument("--lock", default="", help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--proc", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -39,6 +39,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="carried FlashInfer for the decode suite's first --cases cases",
     )
     p.add_argument("--cases", type=int, default=2, help="decode cases (FlashInfer compiles each)")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=0,
+        help="then time N blocks per process and count the synchronising calls, new "
+        "device segments and late samples in them (docs/measurement.md §34c)",
+    )
+    p.add_argument(
+        "--gc-ab",
+        action="store_true",
+        help="with --blocks: every second block with Python's garbage collector off",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="run only these steps (layers, prefill-varlen, decode); default all",
+    )
 
 
 def _plans(ctx: host.Context, args: argparse.Namespace) -> list[tuple[str, list[str]]]:
@@ -58,7 +77,7 @@ def _plans(ctx: host.Context, args: argparse.Namespace) -> list[tuple[str, list[
             plans.append(("decode", ["--suite", "decode", "--impl", f"{ADAPTERS}.flashinfer",
                                      "--backend", "flashinfer", "--path", path,
                                      "--cases", str(args.cases)]))  # fmt: skip
-    return plans
+    return [(n, plan) for n, plan in plans if not args.only or n in args.only or ctx.cpu]
 
 
 def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
@@ -67,7 +86,8 @@ def run(ctx: host.Context, args: argparse.Namespace) -> tuple[dict[str, Any], li
     for name, plan in _plans(ctx, args):
         argv = [sys.executable, "-m", "benchmarks.first_call", *plan,
                 "--procs", str(1 if ctx.cpu else args.procs),
-                "--generations", str(args.generations), "--timeout", str(args.timeout)]  # fmt: skip
+                "--generations", str(args.generations), "--timeout", str(args.timeout),
+                "--blocks", str(args.blocks), *(["--gc-ab"] if args.gc_ab else [])]  # fmt: skip
         step = ctx.run(f"first-call-{name}", argv, args.timeout * args.generations + 30,
                        env={"PYTHONPATH": str(host.ROOT)})  # fmt: skip
         text = Path(step.log).read_text(errors="replace").splitlines()

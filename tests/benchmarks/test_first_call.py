@@ -3,6 +3,7 @@ case up twice, and the table says where the first set-up went."""
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -42,3 +43,55 @@ def test_each_process_sets_every_case_up_twice_and_the_table_reads_it(
     frozen = [{**r, "dont_write_bytecode": 0, "site_writable": False} for r in starts]
     assert "no (torch's folder read-only)" in "\n".join(first_call.table(frozen))
     assert any(x.startswith("profile, generation 2") for x in out)
+
+
+def test_the_block_probe_counts_what_puts_host_time_into_the_samples(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # docs/measurement.md §34c: the varlen prefill's undecided cases kept 97-241 late
+    # samples; the probe times blocks one process at a time and counts, around them,
+    # the synchronising calls and the allocator's new segments (none of either off a GPU)
+    argv = ["--suite", "gemm", "--size", "smoke", "--impl", "kernelwatch.kernels.adapters.gemm",
+            "--backend", "torch", "--kernel", "gemm", "--procs", "2", "--generations", "1",
+            "--cases", "1", "--blocks", "3", "--samples", "5"]  # fmt: skip
+    assert first_call.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    cases = [json.loads(x) for x in out if x.startswith("{") and '"case"' in x]
+    assert len(cases) == 2
+    for c in cases:
+        host = c["host"]
+        assert host["syncs_per_call"] == [0] * 10 and host["segments_per_call"] == [0] * 10
+        assert len(host["blocks"]) == 3
+        assert host["children"] == [0, 0]  # no compile-worker pool on this path
+        for b in host["blocks"]:
+            assert b["median_s"] > 0 and b["late"] == [0, 0] and b["new_segments"] == 0
+    line = next(x for x in out if x.strip().startswith("host: "))
+    assert "syncs a call 0.0 (max 0)" in line and "6 blocks" in line and "kept 0" in line
+    assert "child processes after the set-up 0-0" in line
+    assert "gc on: 6 blocks" in line and "objects " in line
+    # a synchronising call and a kept sample read back in the line
+    probed = [{**cases[0]["host"], "syncs_per_call": [2] * 10,
+               "blocks": [{"median_s": 1e-3, "new_segments": 1, "late": [4, 9]}]}]  # fmt: skip
+    text = first_call.host_line(probed)
+    assert "syncs a call 2.0 (max 2)" in text and "new segments 1" in text
+    assert "late retaken 4 kept 9" in text and "1000.0-1000.0 us" in text
+
+
+def test_collections_are_counted_while_listening_and_none_happen_with_the_collector_off() -> None:
+    # the candidate of §34d: a generation-2 pass inside a sample is host time
+    def churn() -> None:
+        for _ in range(20_000):
+            a: list[object] = []
+            a.append(a)  # a cycle: only the collector frees it
+
+    on = first_call._Collections()
+    with on.listening(collect=True):
+        churn()
+        gc.collect()
+    assert on.counts[2] >= 1 and sum(on.counts) > 1 and on.longest_s > 0
+    off = first_call._Collections()
+    with off.listening(collect=False):
+        churn()
+        assert not gc.isenabled()
+    assert off.counts == [0, 0, 0]
+    assert gc.isenabled()  # the collector is back as it was
