@@ -128,6 +128,20 @@ class _Collections:
                 gc.enable()
 
 
+def _scheduling() -> tuple[int, float]:
+    """(involuntary context switches, CPU seconds) of this process so far: a block whose
+    every sample came late with no collection in it had its host taken away, or not."""
+    switches = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    switches = int(line.split()[1])
+    except OSError:
+        pass
+    return switches, time.process_time()
+
+
 def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, blocks: int,
                        samples: int, lock: str, gc_ab: bool = False) -> dict[str, Any]:  # fmt: skip
     """Synchronising calls and new device segments per call of the case (no timer), then
@@ -170,12 +184,20 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
             late = sampler.late_samples()
             collections, collect = _Collections(), not (gc_ab and i % 2)
             with collections.listening(collect):
+                switched, cpu = _scheduling()
+                wall = time.perf_counter()
                 values, _, new = counted(lambda: sampler.block(samples))
+                wall = time.perf_counter() - wall
+                switched_after, cpu_after = _scheduling()
             after = sampler.late_samples()
             rows.append({"median_s": statistics.median(values), "new_segments": new,
                          "late": [a - b for a, b in zip(after, late, strict=True)],
                          "gc_on": collect, "gc": collections.counts,
-                         "gc_longest_s": collections.longest_s})  # fmt: skip
+                         "gc_longest_s": collections.longest_s,
+                         # taken off its CPU (involuntary switches); CPU seconds (every
+                         # thread) over the block's wall
+                         "preempted": switched_after - switched,
+                         "cpu_share": (cpu_after - cpu) / wall if wall > 0 else 0.0})  # fmt: skip
     finally:
         if cuda:
             torch.cuda.set_sync_debug_mode(0)
@@ -362,6 +384,13 @@ def host_line(probed: Sequence[dict[str, Any]]) -> str:
                 f"{gen2}, longest pause {longest * 1e3:.1f} ms, kept {kept_here}"
             )
     objects = max((p.get("objects", 0) for p in probed), default=0)
+    late_blocks = [b for b in blocks if b["late"][1]]
+    if late_blocks and "preempted" in late_blocks[0]:
+        worst = max(late_blocks, key=lambda b: b["late"][1])
+        gc_lines.append(
+            f"worst late block: kept {worst['late'][1]}, preempted "
+            f"{worst['preempted']} times, CPU share {worst['cpu_share']:.2f}"
+        )
     tail = f"; objects {objects}; " + "; ".join(gc_lines) if gc_lines else ""
     return (f"host: child processes after the set-up {min(kids, default=0)}-"
             f"{max(kids, default=0)}; syncs a call {_summary([{'x': n} for n in calls], 'x'):.1f} "

@@ -65,16 +65,21 @@ def test_the_block_probe_counts_what_puts_host_time_into_the_samples(
         assert host["children"] == [0, 0]  # no compile-worker pool on this path
         for b in host["blocks"]:
             assert b["median_s"] > 0 and b["late"] == [0, 0] and b["new_segments"] == 0
+            assert b["preempted"] >= 0 and b["cpu_share"] >= 0  # every thread's CPU counts
     line = next(x for x in out if x.strip().startswith("host: "))
     assert "syncs a call 0.0 (max 0)" in line and "6 blocks" in line and "kept 0" in line
     assert "child processes after the set-up 0-0" in line
     assert "gc on: 6 blocks" in line and "objects " in line
     # a synchronising call and a kept sample read back in the line
     probed = [{**cases[0]["host"], "syncs_per_call": [2] * 10,
-               "blocks": [{"median_s": 1e-3, "new_segments": 1, "late": [4, 9]}]}]  # fmt: skip
+               "blocks": [{"median_s": 1e-3, "new_segments": 1, "late": [4, 9], "gc_on": True,
+                           "gc": [3, 1, 1], "gc_longest_s": 0.2, "preempted": 7,
+                           "cpu_share": 0.4}]}]  # fmt: skip
     text = first_call.host_line(probed)
     assert "syncs a call 2.0 (max 2)" in text and "new segments 1" in text
     assert "late retaken 4 kept 9" in text and "1000.0-1000.0 us" in text
+    assert "gen-2 passes 1, longest pause 200.0 ms" in text
+    assert "worst late block: kept 9, preempted 7 times, CPU share 0.40" in text
 
 
 def test_collections_are_counted_while_listening_and_none_happen_with_the_collector_off() -> None:
