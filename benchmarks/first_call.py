@@ -33,12 +33,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import fcntl
+import functools
 import gc
 import io
 import json
 import os
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from benchmarks.turns import gpu_turn
 
 
 def _entries(cache: str) -> int:
@@ -61,21 +64,6 @@ def _top(profiler: cProfile.Profile, n: int = 14) -> list[str]:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(n)
     return [x.strip() for x in text.getvalue().splitlines() if x.strip()][-n:]
-
-
-@contextlib.contextmanager
-def _turn(lock: str) -> Iterator[None]:
-    """The GPU to this process alone while it holds ``lock``: the processes set up
-    together, as a pool's do, but time one block at a time, as a pool's pairs do."""
-    if not lock:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _children() -> int:
@@ -95,51 +83,36 @@ class _Collections:
     """Python's garbage collections while it listens (``gc.callbacks``): how many per
     generation, and the longest pause. A generation-2 pass over a heap that holds torch,
     ``torch._dynamo`` and transformers walks every object the process has, and a pause
-    inside a sample is host time the spin may not cover."""
+    inside a sample is host time the spin may not cover. Whether the collector runs at
+    all is the timer's to say (``TimerConfig.collect_garbage_in_blocks``)."""
 
     def __init__(self) -> None:
         self.counts = [0, 0, 0]
         self.longest_s = 0.0
-        self.total_s = 0.0
         self._began = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._began = time.perf_counter()
             return
-        pause = time.perf_counter() - self._began
         self.counts[int(info.get("generation", 0))] += 1
-        self.total_s += pause
-        self.longest_s = max(self.longest_s, pause)
+        self.longest_s = max(self.longest_s, time.perf_counter() - self._began)
 
     @contextlib.contextmanager
-    def listening(self, collect: bool) -> Iterator[None]:
-        """Count collections inside; with ``collect`` False, none happen (as ``timeit``
-        times with the collector off)."""
-        was = gc.isenabled()
-        if not collect:
-            gc.disable()
+    def listening(self) -> Iterator[None]:
         gc.callbacks.append(self)
         try:
             yield
         finally:
             gc.callbacks.remove(self)
-            if was:
-                gc.enable()
 
 
 def _scheduling() -> tuple[int, float]:
-    """(involuntary context switches, CPU seconds) of this process so far: a block whose
-    every sample came late with no collection in it had its host taken away, or not."""
-    switches = 0
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("nonvoluntary_ctxt_switches:"):
-                    switches = int(line.split()[1])
-    except OSError:
-        pass
-    return switches, time.process_time()
+    """(involuntary context switches, CPU seconds of every thread) of this process so
+    far: a block whose every sample came late with no collection in it had its host
+    taken away, or not."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nivcsw, usage.ru_utime + usage.ru_stime
 
 
 def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, blocks: int,
@@ -151,7 +124,7 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
 
     import torch
 
-    from kernelwatch.kernels.timing import make_sampler
+    from kernelwatch.kernels.timing import TimerConfig, make_sampler
 
     cuda = torch.cuda.is_available()
 
@@ -159,7 +132,7 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
         return int(torch.cuda.memory_stats().get("num_device_alloc", 0)) if cuda else 0
 
     def counted(work: Callable[[], Any]) -> tuple[Any, int, int]:
-        with _turn(lock):
+        with gpu_turn(lock):
             before = segments()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -178,15 +151,20 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
         if cuda:
             torch.cuda.set_sync_debug_mode(0)  # the timer's own event waits are not the case's
             torch.cuda.synchronize()
-        sampler = make_sampler(call, inputs)
+        # the timer's own pause of the collector, for every second block with gc_ab
+        samplers = {
+            collect: make_sampler(call, inputs, TimerConfig(collect_garbage_in_blocks=collect))
+            for collect in ((True, False) if gc_ab else (True,))
+        }
         rows = []
         for i in range(blocks):
+            collect = not (gc_ab and i % 2)
+            sampler, collections = samplers[collect], _Collections()
             late = sampler.late_samples()
-            collections, collect = _Collections(), not (gc_ab and i % 2)
-            with collections.listening(collect):
+            with collections.listening():
                 switched, cpu = _scheduling()
                 wall = time.perf_counter()
-                values, _, new = counted(lambda: sampler.block(samples))
+                values, _, new = counted(functools.partial(sampler.block, samples))
                 wall = time.perf_counter() - wall
                 switched_after, cpu_after = _scheduling()
             after = sampler.late_samples()

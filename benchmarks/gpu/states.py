@@ -45,18 +45,8 @@ from kernelwatch.kernels.timing import TimerConfig, measure
 spec = json.loads(sys.argv[1]); placements = int(sys.argv[2])
 turn = sys.argv[3] if len(sys.argv) > 3 else ""  # live mode: measure only holding this lock
 live = int(sys.argv[4]) if len(sys.argv) > 4 else 0  # live mode: processes to wait for
-import fcntl, contextlib, random
-@contextlib.contextmanager
-def my_turn():
-    if not turn:
-        yield
-        return
-    with open(turn, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+import random
+from benchmarks.turns import gpu_turn  # the child runs from the repository root
 mod, fn = spec["factory"].split(":")
 factory = getattr(importlib.import_module(mod), fn)
 out = {"pid": os.getpid(), "cpu": None, "affinity": sorted(os.sched_getaffinity(0))[:64]}
@@ -87,7 +77,7 @@ for p in range(placements):
     for _ in range(3):
         if turn:
             time.sleep(random.random() * 0.2)  # let the others' turns interleave with ours
-        with my_turn():
+        with gpu_turn(turn):
             t = measure(call, inputs, TimerConfig(budget_s=0.4))
         med.append(t.timing.median)
         out.setdefault("graph", t.telemetry.get("cuda_graph"))
@@ -96,7 +86,7 @@ for p in range(placements):
                  "ptr_mod_2m": [x % 2**21 for x in ptrs], "ptr_page_2m": [x >> 21 for x in ptrs]})
 from torch.profiler import profile, ProfilerActivity
 activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
-with my_turn(), profile(activities=[activity]) as prof:
+with gpu_turn(turn), profile(activities=[activity]) as prof:
     for _ in range(5):
         call(inputs)
     sync()

@@ -7,8 +7,10 @@ import gc
 import json
 
 import pytest
+import torch
 
 from benchmarks import first_call
+from kernelwatch.kernels.timing import TimerConfig, make_sampler
 
 
 def test_each_process_sets_every_case_up_twice_and_the_table_reads_it(
@@ -83,20 +85,29 @@ def test_the_block_probe_counts_what_puts_host_time_into_the_samples(
 
 
 def test_collections_are_counted_while_listening_and_none_happen_with_the_collector_off() -> None:
-    # the candidate of §34d: a generation-2 pass inside a sample is host time
-    def churn() -> None:
+    # the candidate of §34d: a generation-2 pass inside a sample is host time; the
+    # collector is off where the timer pauses it (TimerConfig.collect_garbage_in_blocks)
+    seen: list[int] = []
+    listener = first_call._Collections()
+
+    def churn(_: object = None) -> None:
         for _ in range(20_000):
             a: list[object] = []
             a.append(a)  # a cycle: only the collector frees it
+        seen.append(sum(listener.counts))  # collections so far, inside the sample
 
-    on = first_call._Collections()
-    with on.listening(collect=True):
+    with listener.listening():
         churn()
         gc.collect()
-    assert on.counts[2] >= 1 and sum(on.counts) > 1 and on.longest_s > 0
-    off = first_call._Collections()
-    with off.listening(collect=False):
-        churn()
-        assert not gc.isenabled()
-    assert off.counts == [0, 0, 0]
+    assert listener.counts[2] >= 1 and sum(listener.counts) > 1 and listener.longest_s > 0
+    for collect in (True, False):
+        sampler = make_sampler(
+            churn, torch.zeros(1), TimerConfig(min_warmup_s=0.0, collect_garbage_in_blocks=collect)
+        )
+        gc.collect()
+        listener, seen[:] = first_call._Collections(), []
+        with listener.listening():
+            sampler.block(1)
+        # a running collector collects inside the sample; a paused one only after it
+        assert (seen[-1] > 0) if collect else (seen[-1] == 0), (collect, seen)
     assert gc.isenabled()  # the collector is back as it was
