@@ -219,13 +219,15 @@ def test_the_screen_is_blind_to_the_difference_between_the_roles() -> None:
 
 
 def _sick_side(token_dir: Path) -> tuple[PairedConfig, dict[str, Any]]:
-    """The screen's settings and the factories' params for a side 8x slow on the CPU.
+    """The screen's settings and the factories' params for a side 24x slow on the CPU.
 
-    A healthy side on a loaded 2-core VM read up to 59 % off its role (2026-12-03), so
-    the tolerance is 100 % and the sick side 8x: noise stays inside, the state outside.
+    A healthy side on a loaded 2-core VM read up to 59 % off its role (2026-12-03) and
+    then 125 % (CI, 2026-12-07, beside the crowd half), where an 8x sick side read only
+    +318 %. So the tolerance is 300 % and the sick side 24x: noise stays inside, the
+    state outside.
     """
-    cfg = PairedConfig(min_effect=0.5, budget_s=3, block_s=0.04, screen_tol=1.0)
-    return cfg, {"token_dir": str(token_dir), "slow": 8, "n": 128}
+    cfg = PairedConfig(min_effect=0.5, budget_s=3, block_s=0.04, screen_tol=3.0)
+    return cfg, {"token_dir": str(token_dir), "slow": 24, "n": 128}
 
 
 def _stage_one(
