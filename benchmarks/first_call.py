@@ -151,15 +151,15 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
         if cuda:
             torch.cuda.set_sync_debug_mode(0)  # the timer's own event waits are not the case's
             torch.cuda.synchronize()
-        # the timer's own pause of the collector, for every second block with gc_ab
-        samplers = {
-            collect: make_sampler(call, inputs, TimerConfig(collect_garbage_in_blocks=collect))
-            for collect in ((True, False) if gc_ab else (True,))
-        }
+        # one sampler, so both arms of gc_ab share its warm-up, graph, input copies and
+        # flush buffer; the timer's own switch pauses the collector in every second block
+        # (a sampler reads its config at each block)
+        config = TimerConfig()
+        sampler = make_sampler(call, inputs, config)
         rows = []
         for i in range(blocks):
             collect = not (gc_ab and i % 2)
-            sampler, collections = samplers[collect], _Collections()
+            config.collect_garbage_in_blocks, collections = collect, _Collections()
             late = sampler.late_samples()
             with collections.listening():
                 switched, cpu = _scheduling()

@@ -111,3 +111,17 @@ def test_collections_are_counted_while_listening_and_none_happen_with_the_collec
         # a running collector collects inside the sample; a paused one only after it
         assert (seen[-1] > 0) if collect else (seen[-1] == 0), (collect, seen)
     assert gc.isenabled()  # the collector is back as it was
+
+
+def test_the_collector_a_b_flips_the_timers_switch_block_by_block() -> None:
+    # --gc-ab: every second block with the collector paused by the timer itself, on the
+    # same sampler (one warm-up, one set of buffers for both arms)
+    enabled: list[bool] = []
+
+    def call(_: object) -> None:
+        enabled.append(gc.isenabled())
+
+    host = first_call._host_time_sources(call, torch.zeros(1), 2, 4, 3, "", gc_ab=True)
+    assert [b["gc_on"] for b in host["blocks"]] == [True, False, True, False]
+    assert enabled[-12:] == [True] * 3 + [False] * 3 + [True] * 3 + [False] * 3
+    assert gc.isenabled()
