@@ -6,7 +6,7 @@ from typing import cast
 
 import pytest
 
-from kernelwatch.kernels.paired import PairedConfig, Side, compare, judge
+from kernelwatch.kernels.paired import PairedConfig, Side, a_goes_first, compare, judge
 
 FACTORY = "benchmarks.benchcases:cpu_matmul"
 
@@ -52,6 +52,8 @@ def test_identical_work_is_no_alarm_when_judged_over_process_pairs() -> None:
     # alone (serial): beside the other half of the suite on CI's 2 cores, all three B
     # sides once ran 14 % faster than their A sides, 0.86 [0.81, 0.92] (2026-12-06),
     # a contention no pairing of processes on one loaded core pair can average away.
+    # Its 1.22 [1.007, 1.48] of 2026-12-07 was the blocks' order, alike in every pair
+    # of a round (docs/measurement.md §35c): 24 of 24 held 1.0 once it alternated.
     a = [Side(f"A{i}") for i in range(3)]
     b = [Side(f"B{i}") for i in range(3)]
     try:
@@ -66,6 +68,20 @@ def test_identical_work_is_no_alarm_when_judged_over_process_pairs() -> None:
     finally:
         for side in a + b:
             side.close()
+
+
+@pytest.mark.parametrize("pairs", [1, 2, 3, 8])
+def test_every_round_and_every_pair_alternate_abba_and_baab(pairs: int) -> None:
+    # §35c: the second side of a group read 10-12 % faster on the CPU; with the order
+    # alike in every pair of a round, an odd round count tilted them all one way
+    for rounds in range(1, 7):
+        orders = [[a_goes_first(r, p) for r in range(rounds)] for p in range(pairs)]
+        for p in range(pairs):  # each pair alternates, so its tilt is at most one group's
+            assert abs(sum(orders[p]) - rounds / 2) <= 0.5
+        for r in range(rounds):  # each round splits its pairs between the two orders
+            assert abs(sum(orders[p][r] for p in range(pairs)) - pairs / 2) <= 0.5
+        # over the whole comparison the two orders differ by at most one group
+        assert abs(sum(map(sum, orders)) - pairs * rounds / 2) <= 0.5
 
 
 def test_judge_averages_groups_that_share_a_placement() -> None:
