@@ -33,18 +33,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import faulthandler
 import functools
 import gc
 import io
 import json
 import os
 import pstats
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -107,6 +111,57 @@ class _Collections:
             gc.callbacks.remove(self)
 
 
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+)")
+_FRAME = re.compile(r'^  File "(.+)", line (\d+) in (.+)$')
+
+
+def innermost_frames(dumps: str, thread: int) -> Counter[str]:
+    """The innermost frame of ``thread`` in each of faulthandler's dumps, counted
+    (``folder/file.py:line function``)."""
+    counts: Counter[str] = Counter()
+    mine = False
+    for line in dumps.splitlines():
+        header = _THREAD.match(line)
+        if header:
+            mine = int(header.group(1), 16) == thread
+            continue
+        frame = _FRAME.match(line) if mine else None
+        if frame:
+            path, lineno, name = frame.groups()
+            parent = os.path.basename(os.path.dirname(path))
+            counts[f"{parent}/{os.path.basename(path)}:{lineno} {name}"] += 1
+            mine = False  # the first frame is the innermost (most recent call first)
+    return counts
+
+
+class _Where:
+    """Where the main thread is, every ``period_s`` while listening: the innermost
+    Python frame, read by faulthandler's watchdog. That is a C thread that takes no GIL,
+    so the reading puts no host time into the samples it watches (a Python sampling
+    thread would take the GIL from the very thread it reads). A host that sleeps in a
+    call shows as the frame that made the call, many times over."""
+
+    def __init__(self, period_s: float = 0.005) -> None:
+        self.period_s = period_s
+        self.counts: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        with tempfile.TemporaryFile("w+") as dumps:
+            faulthandler.dump_traceback_later(self.period_s, repeat=True, file=dumps)
+            try:
+                yield
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+                dumps.seek(0)
+                self.counts = innermost_frames(dumps.read(), threading.main_thread().ident or 0)
+
+    def top(self, n: int = 3) -> list[list[Any]]:
+        """The ``n`` most frequent frames with their share of the readings."""
+        total = sum(self.counts.values())
+        return [[place, k / total] for place, k in self.counts.most_common(n)]
+
+
 def _scheduling() -> tuple[int, float]:
     """(involuntary context switches, CPU seconds of every thread) of this process so
     far: a block whose every sample came late with no collection in it had its host
@@ -131,15 +186,39 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
     def segments() -> int:
         return int(torch.cuda.memory_stats().get("num_device_alloc", 0)) if cuda else 0
 
-    def counted(work: Callable[[], Any]) -> tuple[Any, int, int]:
+    def counted(
+        work: Callable[[], Any], held: dict[str, Any] | None = None
+    ) -> tuple[Any, int, int]:
+        """``work`` with the GPU to this process alone: its result, synchronising calls
+        and new segments. ``held``: also what the host did while it held the GPU (the
+        wall, the involuntary switches, the CPU seconds, where the main thread was);
+        measured inside the turn, not around it, where the wait for the other
+        processes' turns would read as a host asleep."""
         with gpu_turn(lock):
             before = segments()
-            with warnings.catch_warnings(record=True) as caught:
+            where = _Where()
+            switched, cpu = _scheduling()
+            wall = time.perf_counter()
+            with (
+                warnings.catch_warnings(record=True) as caught,
+                where.listening() if held is not None else contextlib.nullcontext(),
+            ):
                 warnings.simplefilter("always")
                 out = work()
                 if cuda:
                     torch.cuda.synchronize()  # the block's work, not the next holder's
+            wall = time.perf_counter() - wall
+            switched_after, cpu_after = _scheduling()
             syncs = sum("synchroniz" in str(w.message) for w in caught)
+            if held is not None:
+                # taken off its CPU (involuntary switches); CPU seconds (every thread)
+                # over the block's wall; the main thread's innermost frames
+                held.update(
+                    preempted=switched_after - switched,
+                    cpu_share=(cpu_after - cpu) / wall if wall > 0 else 0.0,
+                    where=where.top(),
+                    where_readings=sum(where.counts.values()),
+                )
             return out, syncs, segments() - before
 
     children = [_children()]
@@ -161,21 +240,14 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
             collect = not (gc_ab and i % 2)
             config.collect_garbage_in_blocks, collections = collect, _Collections()
             late = sampler.late_samples()
+            held: dict[str, Any] = {}
             with collections.listening():
-                switched, cpu = _scheduling()
-                wall = time.perf_counter()
-                values, _, new = counted(functools.partial(sampler.block, samples))
-                wall = time.perf_counter() - wall
-                switched_after, cpu_after = _scheduling()
+                values, _, new = counted(functools.partial(sampler.block, samples), held)
             after = sampler.late_samples()
             rows.append({"median_s": statistics.median(values), "new_segments": new,
                          "late": [a - b for a, b in zip(after, late, strict=True)],
                          "gc_on": collect, "gc": collections.counts,
-                         "gc_longest_s": collections.longest_s,
-                         # taken off its CPU (involuntary switches); CPU seconds (every
-                         # thread) over the block's wall
-                         "preempted": switched_after - switched,
-                         "cpu_share": (cpu_after - cpu) / wall if wall > 0 else 0.0})  # fmt: skip
+                         "gc_longest_s": collections.longest_s, **held})  # fmt: skip
     finally:
         if cuda:
             torch.cuda.set_sync_debug_mode(0)
@@ -339,6 +411,15 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _where_text(block: dict[str, Any]) -> str:
+    """Where a block's main thread was: its most read frames and their shares."""
+    where = block.get("where") or []
+    if not where:
+        return ""
+    frames = ", ".join(f"{place} {share:.0%}" for place, share in where)
+    return f", main thread at {frames} of {block.get('where_readings', 0)} readings"
+
+
 def host_line(probed: Sequence[dict[str, Any]]) -> str:
     """What put host time into the samples, over a generation's processes: synchronising
     calls and new segments per call, then per block, with the late samples."""
@@ -367,8 +448,11 @@ def host_line(probed: Sequence[dict[str, Any]]) -> str:
         worst = max(late_blocks, key=lambda b: b["late"][1])
         gc_lines.append(
             f"worst late block: kept {worst['late'][1]}, preempted "
-            f"{worst['preempted']} times, CPU share {worst['cpu_share']:.2f}"
+            f"{worst['preempted']} times, CPU share {worst['cpu_share']:.2f}" + _where_text(worst)
         )
+    on_time = [b for b in blocks if not b["late"][1] and b.get("where")]
+    if on_time:
+        gc_lines.append("an on-time block" + _where_text(on_time[0]))
     tail = f"; objects {objects}; " + "; ".join(gc_lines) if gc_lines else ""
     return (f"host: child processes after the set-up {min(kids, default=0)}-"
             f"{max(kids, default=0)}; syncs a call {_summary([{'x': n} for n in calls], 'x'):.1f} "

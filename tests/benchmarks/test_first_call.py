@@ -3,8 +3,12 @@ case up twice, and the table says where the first set-up went."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,12 +80,62 @@ def test_the_block_probe_counts_what_puts_host_time_into_the_samples(
     probed = [{**cases[0]["host"], "syncs_per_call": [2] * 10,
                "blocks": [{"median_s": 1e-3, "new_segments": 1, "late": [4, 9], "gc_on": True,
                            "gc": [3, 1, 1], "gc_longest_s": 0.2, "preempted": 7,
-                           "cpu_share": 0.4}]}]  # fmt: skip
+                           "cpu_share": 0.4, "where": [["cuda/__init__.py:1 synchronize", 0.9]],
+                           "where_readings": 200},
+                          {"median_s": 1e-3, "new_segments": 0, "late": [0, 0], "gc_on": True,
+                           "gc": [0, 0, 0], "gc_longest_s": 0.0, "preempted": 0,
+                           "cpu_share": 1.0, "where": [["kernels/timing.py:9 block", 0.5]],
+                           "where_readings": 4}]}]  # fmt: skip
     text = first_call.host_line(probed)
     assert "syncs a call 2.0 (max 2)" in text and "new segments 1" in text
     assert "late retaken 4 kept 9" in text and "1000.0-1000.0 us" in text
     assert "gen-2 passes 1, longest pause 200.0 ms" in text
-    assert "worst late block: kept 9, preempted 7 times, CPU share 0.40" in text
+    assert ("worst late block: kept 9, preempted 7 times, CPU share 0.40, main thread at "
+            "cuda/__init__.py:1 synchronize 90% of 200 readings") in text  # fmt: skip
+    assert "an on-time block, main thread at kernels/timing.py:9 block 50% of 4 readings" in text
+
+
+def test_the_probe_reads_where_the_main_thread_waits_while_it_holds_the_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # §35: a block whose samples came late read a CPU share of 0.07, but its wall held
+    # the wait for the other processes' turns; the probe now measures inside the turn,
+    # and reads where the main thread is (faulthandler's watchdog, no GIL taken)
+    def sleepy(_: object) -> None:
+        time.sleep(0.01)  # a host asleep in a call: the frame that made it
+
+    host = first_call._host_time_sources(sleepy, torch.zeros(1), 1, 2, 6, str(tmp_path / "turn"))
+    for b in host["blocks"]:
+        place, share = b["where"][0]
+        assert place.startswith("benchmarks/test_first_call.py:") and place.endswith(" sleepy")
+        assert share > 0.5 and b["where_readings"] >= 3
+        assert b["cpu_share"] < 0.5  # asleep, not spinning
+
+    # every turn waits 0.2 s for other processes: a busy block still reads busy
+    @contextlib.contextmanager
+    def slow_turn(lock: str) -> Iterator[None]:
+        time.sleep(0.2)
+        yield
+
+    monkeypatch.setattr(first_call, "gpu_turn", slow_turn)
+    busy = first_call._host_time_sources(lambda _: sum(range(200_000)), torch.zeros(1), 1, 2, 4, "")
+    assert all(b["cpu_share"] > 0.3 for b in busy["blocks"]), busy["blocks"]
+
+
+def test_innermost_frames_counts_only_the_watched_threads_first_frame() -> None:
+    dumps = (
+        "Timeout (0:00:00.005000)!\n"
+        "Thread 0x000000000000abcd (most recent call first):\n"
+        '  File "/x/torch/cuda/__init__.py", line 12 in synchronize\n'
+        '  File "/x/kernels/timing.py", line 3 in block\n'
+        "Thread 0x0000000000001234 (most recent call first):\n"
+        '  File "/x/other/t.py", line 1 in run\n'
+        "Timeout (0:00:00.005000)!\n"
+        "Current thread 0x000000000000abcd (most recent call first):\n"
+        '  File "/x/torch/cuda/__init__.py", line 12 in synchronize\n'
+    )
+    counts = first_call.innermost_frames(dumps, 0xABCD)
+    assert counts == {"cuda/__init__.py:12 synchronize": 2}
 
 
 def test_collections_are_counted_while_listening_and_none_happen_with_the_collector_off() -> None:
