@@ -22,7 +22,9 @@ would put host time into the samples: the calls that synchronise
 (``num_device_alloc``), per call outside the timer and per block inside it, with the
 samples the host queued late (taken again, kept at the spin's cap). On an H100
 (2026-12-07, docs/measurement.md §34c) SDPA's varlen prefill ended ``inconclusive``
-whenever 97-241 of its samples were kept at the cap.
+whenever 97-241 of its samples were kept at the cap. Inside its turn on the GPU each
+block also reads the host's side: involuntary switches, CPU seconds over the wall,
+and where the main thread was (``_Where``, §35d).
 
     python -m benchmarks.first_call --suite layers --impl kernelwatch.kernels.adapters.liger \\
         --backend liger --path .src/liger/src --procs 8 --generations 2
@@ -135,11 +137,11 @@ def innermost_frames(dumps: str, thread: int) -> Counter[str]:
 
 
 class _Where:
-    """Where the main thread is, every ``period_s`` while listening: the innermost
-    Python frame, read by faulthandler's watchdog. That is a C thread that takes no GIL,
-    so the reading puts no host time into the samples it watches (a Python sampling
-    thread would take the GIL from the very thread it reads). A host that sleeps in a
-    call shows as the frame that made the call, many times over."""
+    """Where the listening thread (the probe's main thread) is, every ``period_s``: its
+    innermost Python frame, read by faulthandler's watchdog. That is a C thread that
+    takes no GIL, so the reading puts no host time into the samples it watches (a Python
+    sampling thread would take the GIL from the very thread it reads). A host that
+    sleeps in a call shows as the frame that made the call, many times over."""
 
     def __init__(self, period_s: float = 0.005) -> None:
         self.period_s = period_s
@@ -147,6 +149,7 @@ class _Where:
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
+        watched = threading.get_ident()  # the thread that runs the block
         with tempfile.TemporaryFile("w+") as dumps:
             faulthandler.dump_traceback_later(self.period_s, repeat=True, file=dumps)
             try:
@@ -154,7 +157,7 @@ class _Where:
             finally:
                 faulthandler.cancel_dump_traceback_later()
                 dumps.seek(0)
-                self.counts = innermost_frames(dumps.read(), threading.main_thread().ident or 0)
+                self.counts = innermost_frames(dumps.read(), watched)
 
     def top(self, n: int = 3) -> list[list[Any]]:
         """The ``n`` most frequent frames with their share of the readings."""
