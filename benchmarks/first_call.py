@@ -173,6 +173,26 @@ def _scheduling() -> tuple[int, float]:
     return usage.ru_nivcsw, usage.ru_utime + usage.ru_stime
 
 
+@contextlib.contextmanager
+def _held(into: dict[str, Any]) -> Iterator[None]:
+    """What the host did while inside, into ``into``: taken off its CPU (involuntary
+    switches), CPU seconds of every thread over the wall, the listening thread's
+    innermost frames (``_Where``)."""
+    where = _Where()
+    switched, cpu = _scheduling()
+    wall = time.perf_counter()
+    with where.listening():
+        yield
+    wall = time.perf_counter() - wall
+    switched_after, cpu_after = _scheduling()
+    into.update(
+        preempted=switched_after - switched,
+        cpu_share=(cpu_after - cpu) / wall if wall > 0 else 0.0,
+        where=where.top(),
+        where_readings=sum(where.counts.values()),
+    )
+
+
 def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, blocks: int,
                        samples: int, lock: str, gc_ab: bool = False) -> dict[str, Any]:  # fmt: skip
     """Synchronising calls and new device segments per call of the case (no timer), then
@@ -199,29 +219,15 @@ def _host_time_sources(call: Callable[[Any], Any], inputs: Any, calls: int, bloc
         processes' turns would read as a host asleep."""
         with gpu_turn(lock):
             before = segments()
-            where = _Where()
-            switched, cpu = _scheduling()
-            wall = time.perf_counter()
             with (
                 warnings.catch_warnings(record=True) as caught,
-                where.listening() if held is not None else contextlib.nullcontext(),
+                _held(held) if held is not None else contextlib.nullcontext(),
             ):
                 warnings.simplefilter("always")
                 out = work()
                 if cuda:
                     torch.cuda.synchronize()  # the block's work, not the next holder's
-            wall = time.perf_counter() - wall
-            switched_after, cpu_after = _scheduling()
             syncs = sum("synchroniz" in str(w.message) for w in caught)
-            if held is not None:
-                # taken off its CPU (involuntary switches); CPU seconds (every thread)
-                # over the block's wall; the main thread's innermost frames
-                held.update(
-                    preempted=switched_after - switched,
-                    cpu_share=(cpu_after - cpu) / wall if wall > 0 else 0.0,
-                    where=where.top(),
-                    where_readings=sum(where.counts.values()),
-                )
             return out, syncs, segments() - before
 
     children = [_children()]

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from kernelwatch.kernels.device import describe_device, pin_cpu_threads
+from kernelwatch.kernels.paired import a_goes_first
 from kernelwatch.kernels.stats import cv, median, t_quantile
 from kernelwatch.kernels.timing import TimerConfig, make_sampler
 
@@ -68,7 +69,7 @@ def aa(device: torch.device, budget_s: float = 20.0) -> dict[str, Any]:
     start = time.perf_counter()
     rounds = 0
     while rounds < MIN_ROUNDS or time.perf_counter() - start < budget_s:
-        order = (0, 1, 1, 0) if rounds % 2 == 0 else (1, 0, 0, 1)  # ABBA, then BAAB
+        order = (0, 1, 1, 0) if a_goes_first(rounds, 0) else (1, 0, 0, 1)  # the gate's rule
         for arm in order:
             blocks[arm].append(arms[arm].block(n))
         rounds += 1
