@@ -35,14 +35,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import faulthandler
 import functools
 import gc
 import io
 import json
 import os
 import pstats
-import re
 import resource
 import statistics
 import subprocess
@@ -52,9 +50,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 from benchmarks.turns import gpu_turn
+from kernelwatch.kernels.exits import describe_exit
 
 
 def _entries(cache: str) -> int:
@@ -113,35 +113,27 @@ class _Collections:
             gc.callbacks.remove(self)
 
 
-_THREAD = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-f]+)")
-_FRAME = re.compile(r'^  File "(.+)", line (\d+) in (.+)$')
-
-
-def innermost_frames(dumps: str, thread: int) -> Counter[str]:
-    """The innermost frame of ``thread`` in each of faulthandler's dumps, counted
-    (``folder/file.py:line function``)."""
-    counts: Counter[str] = Counter()
-    mine = False
-    for line in dumps.splitlines():
-        header = _THREAD.match(line)
-        if header:
-            mine = int(header.group(1), 16) == thread
-            continue
-        frame = _FRAME.match(line) if mine else None
-        if frame:
-            path, lineno, name = frame.groups()
-            parent = os.path.basename(os.path.dirname(path))
-            counts[f"{parent}/{os.path.basename(path)}:{lineno} {name}"] += 1
-            mine = False  # the first frame is the innermost (most recent call first)
-    return counts
+def frame_place(frame: FrameType) -> str:
+    """``folder/file.py:line function`` of a frame: short, and still says whose code."""
+    code = frame.f_code
+    parent = os.path.basename(os.path.dirname(code.co_filename))
+    return f"{parent}/{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}"
 
 
 class _Where:
     """Where the listening thread (the probe's main thread) is, every ``period_s``: its
-    innermost Python frame, read by faulthandler's watchdog. That is a C thread that
-    takes no GIL, so the reading puts no host time into the samples it watches (a Python
-    sampling thread would take the GIL from the very thread it reads). A host that
-    sleeps in a call shows as the frame that made the call, many times over."""
+    innermost Python frame, read by a sampling thread through ``sys._current_frames``.
+    A host that sleeps in a call shows as the frame that made the call, many times over.
+
+    The sampler takes the GIL for a few microseconds a reading, so it adds well under
+    1 % of host time to the blocks it watches, late and on-time alike. The first reader
+    was faulthandler's watchdog, which takes no GIL. On the H200 (2026-12-07,
+    docs/measurement.md §36) all 8 probe processes ended without a row or a traceback
+    in SDPA's varlen case, the first run of that reader on a GPU. The watchdog walks
+    the other threads' frames while they run, and CPython's tracker has such walks
+    crashing (python/cpython#116008, #131580), so it is the suspect; a sampler that
+    holds the GIL reads frames that cannot change under it.
+    """
 
     def __init__(self, period_s: float = 0.005) -> None:
         self.period_s = period_s
@@ -150,14 +142,24 @@ class _Where:
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
         watched = threading.get_ident()  # the thread that runs the block
-        with tempfile.TemporaryFile("w+") as dumps:
-            faulthandler.dump_traceback_later(self.period_s, repeat=True, file=dumps)
-            try:
-                yield
-            finally:
-                faulthandler.cancel_dump_traceback_later()
-                dumps.seek(0)
-                self.counts = innermost_frames(dumps.read(), watched)
+        counts: Counter[str] = Counter()
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(self.period_s):
+                frame = sys._current_frames().get(watched)
+                if frame is not None:
+                    counts[frame_place(frame)] += 1
+                del frame  # no reference to a frame outlives its reading
+
+        sampler = threading.Thread(target=sample, name="kw-where", daemon=True)
+        sampler.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            sampler.join()
+            self.counts = counts
 
     def top(self, n: int = 3) -> list[list[Any]]:
         """The ``n`` most frequent frames with their share of the readings."""
@@ -337,7 +339,8 @@ def child(args: argparse.Namespace) -> int:
 
 def _generation(args: argparse.Namespace, gen: int) -> list[dict[str, Any]]:
     """One generation of ``--procs`` new processes, started together; a hung one is
-    killed at ``--timeout`` with the rest, and its rows are what it printed before."""
+    killed at ``--timeout`` with the rest, and its rows are what it printed before
+    (:func:`collect`)."""
     from kernelwatch.kernels.paired_suite import side_env
 
     env = {**os.environ, **side_env(sys.executable, args.path)}
@@ -354,18 +357,31 @@ def _generation(args: argparse.Namespace, gen: int) -> list[dict[str, Any]]:
         subprocess.Popen([*argv, "--proc", str(i)], env=env, stdout=subprocess.PIPE, text=True)
         for i in range(args.procs)
     ]
+    return collect(procs, args.timeout, gen)
+
+
+def collect(
+    procs: Sequence[subprocess.Popen[str]], timeout: float, gen: int
+) -> list[dict[str, Any]]:
+    """The JSON rows the processes print, by ``timeout`` seconds from now; a hung
+    process is killed, and one that ended by a signal or an error code is a row too."""
     rows: list[dict[str, Any]] = []
-    deadline = time.monotonic() + args.timeout
-    for p in procs:
+    deadline = time.monotonic() + timeout
+    for i, p in enumerate(procs):
         try:
-            out, _ = p.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            # at least a moment each: a process that ended while an earlier one was
+            # waited for still has its output to read, and is not hung
+            out, _ = p.communicate(timeout=max(0.5, deadline - time.monotonic()))
+            ended = f"ended: {describe_exit(p.returncode)}" if p.returncode else ""
         except subprocess.TimeoutExpired:
             p.kill()
             out, _ = p.communicate()
-            rows.append({"proc": -1, "gen": gen, "error": f"timed out after {args.timeout:g}s"})
+            ended = f"timed out after {timeout:g}s"
         rows += [
             {**json.loads(x), "gen": gen} for x in out.splitlines() if x.startswith("{")
         ]  # fmt: skip
+        if ended:  # a process that died or hung mid-case printed no row for that case
+            rows.append({"proc": i, "gen": gen, "error": ended})
     return rows
 
 
@@ -400,9 +416,10 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
                      f"context {_summary(starts, 'context_s'):.2f}  "
                      f"kernelwatch {_summary(starts, 'kernelwatch_s'):.2f}  "
                      f"bytecode written: {_bytecode_written(starts)}")  # fmt: skip
-        hung = [r for r in rows if r["gen"] == gen and "case" not in r and "error" in r]
-        if hung:
-            lines.append(f"{gen:>3} (hung)             {len(hung)} process(es): {hung[0]['error']}")
+        ended = [r for r in rows if r["gen"] == gen and "case" not in r and "error" in r]
+        for why in dict.fromkeys(r["error"] for r in ended):  # hung, or died mid-case
+            n = sum(1 for r in ended if r["error"] == why)
+            lines.append(f"{gen:>3} (ended)            {n} process(es): {why}")
         cases = [r for r in rows if r["gen"] == gen and "case" in r]
         for cid in dict.fromkeys(r["case"] for r in cases):
             mine = [r for r in cases if r["case"] == cid]

@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,7 +103,7 @@ def test_the_probe_reads_where_the_main_thread_waits_while_it_holds_the_gpu(
 ) -> None:
     # §35: a block whose samples came late read a CPU share of 0.07, but its wall held
     # the wait for the other processes' turns; the probe now measures inside the turn,
-    # and reads where the main thread is (faulthandler's watchdog, no GIL taken)
+    # and reads where the main thread is (a sampling thread, _Where)
     def sleepy(_: object) -> None:
         time.sleep(0.01)  # a host asleep in a call: the frame that made it
 
@@ -122,20 +125,55 @@ def test_the_probe_reads_where_the_main_thread_waits_while_it_holds_the_gpu(
     assert all(b["cpu_share"] > 0.3 for b in busy["blocks"]), busy["blocks"]
 
 
-def test_innermost_frames_counts_only_the_watched_threads_first_frame() -> None:
-    dumps = (
-        "Timeout (0:00:00.005000)!\n"
-        "Thread 0x000000000000abcd (most recent call first):\n"
-        '  File "/x/torch/cuda/__init__.py", line 12 in synchronize\n'
-        '  File "/x/kernels/timing.py", line 3 in block\n'
-        "Thread 0x0000000000001234 (most recent call first):\n"
-        '  File "/x/other/t.py", line 1 in run\n'
-        "Timeout (0:00:00.005000)!\n"
-        "Current thread 0x000000000000abcd (most recent call first):\n"
-        '  File "/x/torch/cuda/__init__.py", line 12 in synchronize\n'
-    )
-    counts = first_call.innermost_frames(dumps, 0xABCD)
-    assert counts == {"cuda/__init__.py:12 synchronize": 2}
+def test_where_reads_only_the_watched_threads_innermost_frame() -> None:
+    # §36: faulthandler's watchdog, the first reader, walked running threads' frames and
+    # every probe process ended silently on the H200; the sampler reads with the GIL
+    stop = threading.Event()
+
+    def elsewhere() -> None:
+        while not stop.is_set():
+            time.sleep(0.001)
+
+    other = threading.Thread(target=elsewhere)
+    other.start()
+    where = first_call._Where(period_s=0.002)
+
+    def waiting_here() -> None:
+        time.sleep(0.1)
+
+    try:
+        with where.listening():
+            waiting_here()
+    finally:
+        stop.set()
+        other.join()
+    (place, share), *_ = where.top()
+    assert place.startswith("benchmarks/test_first_call.py:") and place.endswith(" waiting_here")
+    assert share > 0.8 and sum(where.counts.values()) >= 10
+    assert not any("elsewhere" in p for p in where.counts)
+    assert not any(t.name == "kw-where" for t in threading.enumerate())  # the sampler ended
+
+
+def test_a_process_that_dies_or_hangs_mid_case_is_a_row_not_a_silence() -> None:
+    # §36: 8 processes printed their first case's row and then nothing, and the table
+    # said nothing of it
+    row = json.dumps({"proc": 0, "case": "c1", "kernel": "k"})
+    code = {
+        "dies": f"import os, signal; print({row!r}, flush=True); os.kill(os.getpid(), 11)",
+        "fails": "raise SystemExit(3)",
+        "hangs": "import time; time.sleep(30)",
+        "ends": f"print({row!r})",
+    }
+    procs = [subprocess.Popen([sys.executable, "-c", c], stdout=subprocess.PIPE, text=True)
+             for c in code.values()]  # fmt: skip
+    rows = first_call.collect(procs, 5.0, gen=1)
+    ended = {r["proc"]: r["error"] for r in rows if "case" not in r}
+    assert ended == {0: "ended: killed by SIGSEGV", 1: "ended: exit code 3",
+                     2: "timed out after 5s"}  # fmt: skip
+    assert [r["case"] for r in rows if "case" in r] == ["c1", "c1"]
+    text = "\n".join(first_call.table(rows))
+    assert "1 process(es): ended: killed by SIGSEGV" in text
+    assert "1 process(es): timed out after 5s" in text
 
 
 def test_collections_are_counted_while_listening_and_none_happen_with_the_collector_off() -> None:
