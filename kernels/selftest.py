@@ -68,7 +68,9 @@ def aa(device: torch.device, budget_s: float = 20.0) -> dict[str, Any]:
     blocks: list[list[list[float]]] = [[], []]
     start = time.perf_counter()
     rounds = 0
-    while rounds < MIN_ROUNDS or time.perf_counter() - start < budget_s:
+    # an even count: as many BAAB rounds as ABBA, so a tilt of the order cancels in the
+    # mean instead of leaning it (docs/measurement.md §35c)
+    while rounds < MIN_ROUNDS or rounds % 2 or time.perf_counter() - start < budget_s:
         order = (0, 1, 1, 0) if a_goes_first(rounds, 0) else (1, 0, 0, 1)  # the gate's rule
         for arm in order:
             blocks[arm].append(arms[arm].block(n))
