@@ -125,8 +125,8 @@ class _Where:
     innermost Python frame, read by a sampling thread through ``sys._current_frames``.
     A host that sleeps in a call shows as the frame that made the call, many times over.
 
-    The sampler takes the GIL for a few microseconds a reading, so it adds well under
-    1 % of host time to the blocks it watches, late and on-time alike. The first reader
+    The sampler takes the GIL for each reading, which adds the same small host time to
+    late and on-time blocks alike (not measured on a GPU yet). The first reader
     was faulthandler's watchdog, which takes no GIL. On the H200 (2026-12-07,
     docs/measurement.md §36) all 8 probe processes ended without a row or a traceback
     in SDPA's varlen case, the first run of that reader on a GPU. The watchdog walks
