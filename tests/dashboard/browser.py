@@ -1,29 +1,32 @@
-"""Screenshots of dashboard pages in headless Chromium after a real-time wait.
+"""Dashboard pages in headless Chromium, read over the DevTools protocol once drawn.
 
-Chromium's ``--virtual-time-budget`` runs the clock forward whenever no HTTP request is
-pending, and Streamlit draws over a websocket, which does not count: a page whose
-script run takes a second can be captured blank however large the budget. Here the
-page is framed by a loopback page that also fetches a slow ``/hold`` URL; the pending
-fetch keeps virtual time in step with real time for ``hold_s`` seconds, so one visit
-(no reload) gets that long to draw. Blank or drawn is then read from the pixels.
+One visit a page, no reload: Chromium starts with a debugging port, the test's page is
+opened once, and its DOM is read every half second until every expected text is in it,
+Streamlit's script run is over and the DOM held still between two reads; then a
+screenshot is taken and read from its pixels (blank or drawn). Earlier versions held a
+fixed 10-20 s of real time before a one-shot ``--screenshot`` (virtual time does not wait
+for Streamlit's websocket), which made every page cost its hold however fast it drew;
+a page now costs what it takes to draw, with ``patience_s`` as the bound.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from PIL import Image, ImageStat
+from websockets.sync.client import ClientConnection, connect
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Headless Chromium on this closed network (every browser test uses these).
@@ -36,107 +39,133 @@ FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--hide-scrollbars",
     "--window-size=1400,1000",
-    "--run-all-compositor-stages-before-draw",
 )
 # Standard deviation of the grey levels: a blank Streamlit page (white, a spinner) is
 # far below this, any page with a title, a sidebar and a table far above.
 MIN_STDDEV = 12.0
+# Streamlit's status widget shows one of these while a script run is going on.
+RUNNING = '[data-testid="stStatusWidgetRunningIcon"], [data-testid="stStatusWidgetRunningManIcon"]'
+POLL_S = 0.5
 
 
-def dump_dom(
-    url: str,
-    expect: list[str],
-    profile: Path,
-    flags: tuple[str, ...] = FLAGS,
-    patience_s: float = 150.0,
-) -> str:
-    """The page's DOM once every text of ``expect`` is in it, or the last try's.
+class Tab:
+    """One page of a headless Chromium, driven over the DevTools protocol."""
 
-    ``--dump-dom`` runs on virtual time, which does not wait for Streamlit's websocket:
-    on a loaded 2-core CI machine a dashboard's first page stayed blank through three
-    tries of growing budget (2026-11-30, and the trend page on 2026-12-03). So tries
-    go on, each with a larger budget up to 60 s and 5 s of real time between them,
-    until the page is drawn or ``patience_s`` of real time has passed.
-    """
-    assert CHROMIUM is not None
-    dom, budget = "", 15_000
-    deadline = time.monotonic() + patience_s
-    while True:
-        dom = subprocess.run(
-            [CHROMIUM, *flags, f"--user-data-dir={profile}", f"--virtual-time-budget={budget}",
-             "--dump-dom", url],
-            capture_output=True, text=True, timeout=180, check=False,
-        ).stdout  # fmt: skip
-        if all(e in dom for e in expect) or time.monotonic() >= deadline:
-            return dom
-        budget = min(2 * budget, 60_000)
-        time.sleep(5)
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self._id = 0
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Send one command and return its result (events that come first are dropped)."""
+        self._id += 1
+        self._ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self._ws.recv(timeout=60))
+            if message.get("id") != self._id:
+                continue
+            if "error" in message:
+                raise RuntimeError(f"{method}: {message['error']}")
+            result: dict[str, Any] = message.get("result", {})
+            return result
+
+    def visit(self, url: str) -> None:
+        self.call("Page.navigate", url=url)
+
+    def evaluate(self, expression: str) -> Any:
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)[
+            "result"
+        ].get("value")
+
+    def html(self) -> str:
+        return str(self.evaluate("document.documentElement.outerHTML") or "")
+
+    def screenshot(self, png: Path) -> float:
+        """The page as it is now, written to ``png``; its grey stddev."""
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        png.write_bytes(base64.b64decode(data))
+        return stddev(png)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate ``proc``, killed where it has not ended 10 s later."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _debugging_port(profile: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """The port Chromium chose: the first line of ``DevToolsActivePort`` in its profile."""
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if port_file.exists():
+            lines = port_file.read_text().splitlines()
+            if lines and lines[0].isdigit():
+                return int(lines[0])
+        if proc.poll() is not None:
+            raise RuntimeError(f"chromium ended ({proc.returncode}) before it listened")
+        time.sleep(0.1)
+    raise RuntimeError(f"chromium did not listen within {timeout_s:.0f} s")
 
 
 @contextmanager
-def frame_server(target: str, hold_s: float) -> Iterator[str]:
-    """A loopback page framing ``target`` that holds the clock for ``hold_s`` seconds."""
-    page = (
-        f'<html><body style="margin:0"><iframe src="{target}" style="border:0;width:1400px;'
-        'height:1000px"></iframe><script>fetch("/hold")</script></body></html>'
-    )
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.startswith("/hold"):
-                time.sleep(hold_s)
-                body = b"ok"
-            else:
-                body = page.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def screenshot(url: str, png: Path, profile: Path, hold_s: float = 12.0) -> float:
-    """One visit to ``url``, a screenshot after ``hold_s`` real seconds; its grey stddev."""
+def open_tab(profile: Path, flags: Sequence[str] = FLAGS) -> Iterator[Tab]:
+    """A headless Chromium on ``profile`` with one blank page, closed when the block ends."""
     assert CHROMIUM is not None
-    with frame_server(url, hold_s) as wrapper:
-        subprocess.run(
-            [
-                CHROMIUM,
-                *FLAGS,
-                "--hide-scrollbars",
-                f"--user-data-dir={profile}",
-                "--virtual-time-budget=600000",
-                f"--screenshot={png}",
-                wrapper,
-            ],
-            capture_output=True,
-            timeout=hold_s + 120,
-            check=False,
-        )
-    return stddev(png)
+    profile.mkdir(parents=True, exist_ok=True)
+    (profile / "DevToolsActivePort").unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [CHROMIUM, *flags, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+         "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        port = _debugging_port(profile, proc, timeout_s=60)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as r:
+            targets = json.loads(r.read())
+        page = next(t for t in targets if t.get("type") == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
+            yield Tab(ws)
+    finally:
+        _end(proc)
 
 
-def drawn(url: str, png: Path, profile: Path, hold_s: float = 12.0, again_s: float = 30.0) -> float:
-    """``screenshot``, visited once more with a longer hold where the first picture is
-    blank: on a loaded 2-core host a page once took longer than its hold to draw (the
-    runs page of ``test_new_user_session``), and a page that never draws stays blank."""
-    sd = screenshot(url, png, profile, hold_s)
-    if sd > MIN_STDDEV:
-        return sd
-    return screenshot(url, png, profile.with_name(profile.name + "-again"), again_s)
+def settled_page(
+    url: str,
+    png: Path,
+    profile: Path,
+    expect: Sequence[str] = (),
+    flags: Sequence[str] = FLAGS,
+    patience_s: float = 120.0,
+) -> tuple[str, float, float]:
+    """One visit to ``url``: its DOM, the screenshot's grey stddev and the seconds it took.
+
+    Drawn means every text of ``expect`` is in the DOM, Streamlit's script run is over,
+    the DOM did not change over the last read and the screenshot is not blank. Past
+    ``patience_s`` the page is taken as it is (the caller's assertions say what is
+    missing). A loaded 2-core CI host once took more than 10 s to draw a cold server's
+    first page (2026-12-01); a page that never draws is what the bound is for.
+    """
+    t0 = time.monotonic()
+    with open_tab(profile, flags) as tab:
+        tab.visit(url)
+        last = None
+        while True:
+            time.sleep(POLL_S)
+            dom = tab.html()
+            running = bool(tab.evaluate(f"!!document.querySelector('{RUNNING}')"))
+            steady = dom == last and not running and all(e in dom for e in expect)
+            last = dom
+            late = time.monotonic() - t0 >= patience_s
+            if steady or late:
+                sd = tab.screenshot(png)
+                if sd > MIN_STDDEV or late:
+                    return dom, sd, time.monotonic() - t0
 
 
 def stddev(png: Path) -> float:
@@ -183,9 +212,4 @@ def dashboard_server(database_url: str, root: Path) -> Iterator[str]:
                 time.sleep(0.3)
             yield base
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc)

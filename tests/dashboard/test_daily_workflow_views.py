@@ -212,15 +212,14 @@ def test_the_pages_in_chromium_at_1440_px(
     # a chart page is drawn once its chart is mounted too: wait for that as for the texts
     # (on the loaded CI host the trend page's texts came before its chart, 2026-12-05)
     drawn = [*expect, "vega-embed"] if name != "runs" else expect
-    dom = browser.dump_dom(url, drawn, tmp_path / "dom", flags)
-    assert 'data-testid="stException"' not in dom and "Traceback" not in dom
-    missing = [e for e in expect if e not in dom]
-    assert not missing, f"{name}: {missing} not in the rendered page"
-    if name != "runs":
-        assert "vega-embed" in dom  # the chart was mounted
     ARTIFACTS.mkdir(exist_ok=True)
     png = ARTIFACTS / f"dashboard-daily-{name}.png"
-    sd = browser.screenshot(url, png, tmp_path / "shot", hold_s=12)
+    dom, sd, took = browser.settled_page(url, png, tmp_path / "page", drawn, flags)
+    assert 'data-testid="stException"' not in dom and "Traceback" not in dom
+    missing = [e for e in expect if e not in dom]
+    assert not missing, f"{name}: {missing} not in the page after {took:.0f} s"
+    if name != "runs":
+        assert "vega-embed" in dom  # the chart was mounted
     assert sd > browser.MIN_STDDEV, f"{name}: blank screenshot (grey stddev {sd:.1f})"
 
 

@@ -160,35 +160,36 @@ def test_a_new_users_first_session(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # every dashboard page, one visit each, a screenshot each, none blank
     wrong_run = by_sha[shas["wrong"]]["id"]
     base_run = by_sha[shas["slow"]]["id"]
-    pages = {
-        "runs": "page=runs",
-        "run": f"page=run&run={wrong_run}",
-        "trend": "page=trend",
-        "regressions": "page=regressions&state=any",
-        "compare": f"page=compare&a={base_run}&b={wrong_run}",
-        "fleet": "page=fleet",
-        "roofline": f"page=roofline&run={wrong_run}",
+    pages = {  # the query, and the heading that says the page was drawn
+        "runs": ("page=runs", "Runs"),
+        "run": (f"page=run&run={wrong_run}", f"Run #{wrong_run}"),
+        "trend": ("page=trend", "Trends"),
+        "regressions": ("page=regressions&state=any", "Regressions"),
+        "compare": (f"page=compare&a={base_run}&b={wrong_run}", "Compare"),
+        "fleet": ("page=fleet", "Fleet"),
+        "roofline": (f"page=roofline&run={wrong_run}", "Roofline"),
     }
     with (tmp_path / "dashboard.log").open("wb") as log:
         dashboard, url = _serve_dashboard(env, log)
         try:
-            # one visit first, not counted: the cold server's first script run (its
-            # imports) once took more than 10 s on the loaded 2-core machine, and a
-            # cold first page is tests/dashboard/test_dashboard_browser.py's subject
-            browser.screenshot(
-                f"{url}/?page=runs", tmp_path / "warm-up.png", tmp_path / "profile-warm-up",
-                hold_s=20,
-            )  # fmt: skip
-            stddev = {
-                name: browser.drawn(
+            # each page read until drawn (its heading there, the script run over), for
+            # at most 120 s: the cold server's first script run (its imports) once took
+            # more than 10 s on the loaded 2-core machine
+            shots = {
+                name: browser.settled_page(
                     f"{url}/?{query}", tmp_path / f"page-{name}.png",
-                    tmp_path / f"profile-{name}", hold_s=10,
+                    tmp_path / f"profile-{name}", [heading],
                 )
-                for name, query in pages.items()
+                for name, (query, heading) in pages.items()
             }  # fmt: skip
         finally:
             dashboard.terminate()
             dashboard.wait(timeout=60)
+    stddev = {name: sd for name, (_, sd, _) in shots.items()}
     blank = {k: round(v, 1) for k, v in stddev.items() if v <= browser.MIN_STDDEV}
     assert not blank, f"blank pages (grey stddev): {blank}"
+    undrawn = [n for n, (dom, _, _) in shots.items() if pages[n][1] not in dom]
+    assert not undrawn, f"pages without their heading: {undrawn}"
+    failed = [n for n, (dom, _, _) in shots.items() if 'data-testid="stException"' in dom]
+    assert not failed, f"pages that raised: {failed}"
     print(f"new-user session: measured in {measured_s:.0f} s; page stddev {stddev}")
