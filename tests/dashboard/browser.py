@@ -98,19 +98,31 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _debugging_port(profile: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> int:
-    """The port Chromium chose: the first line of ``DevToolsActivePort`` in its profile."""
+def _page_socket(profile: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
+    """The DevTools websocket of Chromium's first page.
+
+    The port is the first line of ``DevToolsActivePort`` in the profile. Chromium
+    writes that file when its DevTools server listens, which can come before the
+    first page exists, so the page list is read again until it holds one.
+    """
     port_file = profile / "DevToolsActivePort"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if port_file.exists():
-            lines = port_file.read_text().splitlines()
-            if lines and lines[0].isdigit():
-                return int(lines[0])
+        lines = port_file.read_text().splitlines() if port_file.exists() else []
+        if lines and lines[0].isdigit():
+            url = f"http://127.0.0.1:{int(lines[0])}/json/list"
+            try:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    targets = json.loads(r.read())
+            except OSError:
+                targets = []
+            pages = [t for t in targets if t.get("type") == "page"]
+            if pages:
+                return str(pages[0]["webSocketDebuggerUrl"])
         if proc.poll() is not None:
-            raise RuntimeError(f"chromium ended ({proc.returncode}) before it listened")
+            raise RuntimeError(f"chromium ended ({proc.returncode}) before it had a page")
         time.sleep(0.1)
-    raise RuntimeError(f"chromium did not listen within {timeout_s:.0f} s")
+    raise RuntimeError(f"chromium had no page to drive within {timeout_s:.0f} s")
 
 
 @contextmanager
@@ -125,11 +137,8 @@ def open_tab(profile: Path, flags: Sequence[str] = FLAGS) -> Iterator[Tab]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        port = _debugging_port(profile, proc, timeout_s=60)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as r:
-            targets = json.loads(r.read())
-        page = next(t for t in targets if t.get("type") == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
+        socket_url = _page_socket(profile, proc, timeout_s=60)
+        with connect(socket_url, max_size=None, open_timeout=30) as ws:
             yield Tab(ws)
     finally:
         _end(proc)
@@ -157,8 +166,11 @@ def settled_page(
         last = None
         while True:
             time.sleep(POLL_S)
-            dom = tab.html()
-            running = bool(tab.evaluate(f"!!document.querySelector('{RUNNING}')"))
+            try:
+                dom = tab.html()
+                running = bool(tab.evaluate(f"!!document.querySelector('{RUNNING}')"))
+            except RuntimeError:  # the document was being replaced: read it again
+                dom, running = "", True
             steady = dom == last and not running and all(e in dom for e in expect)
             last = dom
             late = time.monotonic() - t0 >= patience_s
