@@ -12,6 +12,7 @@ a page now costs what it takes to draw, with ``patience_s`` as the bound.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import shutil
@@ -83,9 +84,10 @@ class Tab:
 
     def screenshot(self, png: Path) -> float:
         """The page as it is now, written to ``png``; its grey stddev."""
-        data = self.call("Page.captureScreenshot", format="png")["data"]
-        png.write_bytes(base64.b64decode(data))
-        return stddev(png)
+        data = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+        png.write_bytes(data)
+        with Image.open(io.BytesIO(data)) as img:  # read from memory, not the file again
+            return float(ImageStat.Stat(img.convert("L")).stddev[0])
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
@@ -102,8 +104,8 @@ def _page_socket(profile: Path, proc: subprocess.Popen[bytes], timeout_s: float)
     """The DevTools websocket of Chromium's first page.
 
     The port is the first line of ``DevToolsActivePort`` in the profile. Chromium
-    writes that file when its DevTools server listens, which can come before the
-    first page exists, so the page list is read again until it holds one.
+    writes that file when its DevTools server listens; the page list is read until it
+    holds a page, in case the first page comes later (a race not seen here, guarded).
     """
     port_file = profile / "DevToolsActivePort"
     deadline = time.monotonic() + timeout_s
@@ -178,14 +180,6 @@ def settled_page(
                 sd = tab.screenshot(png)
                 if sd > MIN_STDDEV or late:
                     return dom, sd, time.monotonic() - t0
-
-
-def stddev(png: Path) -> float:
-    """How much the picture varies (0 for a blank one); 0 when there is no picture."""
-    if not png.exists():
-        return 0.0
-    with Image.open(png) as img:
-        return float(ImageStat.Stat(img.convert("L")).stddev[0])
 
 
 @contextmanager
